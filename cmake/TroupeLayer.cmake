@@ -1,0 +1,33 @@
+# Helpers shared by the layer libraries (tensor now; nn, comm, actors later).
+include_guard(GLOBAL)
+
+# troupe_layer_setup(<target> LAYER <dir>)
+#   Common settings for a layer library <target> whose sources/headers live in <source root>/<dir>:
+#   C++20 usage requirement, include dirs (<troupe/<dir>/x.h> in-tree via the build/include/troupe
+#   symlink, and installed under include/), install of the library + <dir>/**/*.h, and registration
+#   with the umbrella target `troupe` and the exported package.
+function(troupe_layer_setup target)
+  cmake_parse_arguments(ARG "" "LAYER" "" ${ARGN})
+  if(NOT ARG_LAYER)
+    message(FATAL_ERROR "troupe_layer_setup(${target}): LAYER <dir> is required")
+  endif()
+
+  add_library(Troupe::${target} ALIAS ${target})
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_include_directories(${target} PUBLIC
+    "$<BUILD_INTERFACE:${TROUPE_BUILD_INCLUDE_DIR}>"
+    "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>"
+    "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+
+  install(TARGETS ${target}
+    EXPORT TroupeTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${ARG_LAYER}/"
+    DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/troupe/${ARG_LAYER}"
+    FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh")
+
+  set_property(GLOBAL APPEND PROPERTY TROUPE_LAYER_TARGETS ${target})
+endfunction()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs the build dependencies on Debian 12 (idempotent; run as root or with sudo).
+#   bash scripts/setup.sh               libraries, tests
+#   bash scripts/setup.sh --with-torch  + libtorch-dev (benchmarks/demo compare against libtorch)
+# Does nothing (no apt-get at all) when every package is already installed.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+with_torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=1 ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libcaf-dev libcereal-dev
+  googletest libgtest-dev libgmock-dev
+  libbenchmark-dev
+)
+if [[ $with_torch == 1 ]]; then
+  packages+=(libtorch-dev)
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "setup.sh: not a Debian system (no dpkg-query); install these yourself: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup.sh: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "setup.sh: missing packages (${missing[*]}) and not root and no sudo" >&2
+    exit 1
+  fi
+  sudo=(sudo env DEBIAN_FRONTEND=noninteractive)
+fi
+
+echo "setup.sh: installing ${missing[*]}"
+"${sudo[@]}" apt-get update
+"${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}"

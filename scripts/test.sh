@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Configure, build and run the tests.
+#   bash scripts/test.sh [--sanitize] [-- <ctest args>]
+#   default:     build/ (Release), everything but the benchmarks, all ctest tests
+#   --sanitize:  build-sanitize/ (RelWithDebInfo, ASan+UBSan, CPU only), tensor_tests only,
+#                ctest -L tensor
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+sanitize=0
+ctest_extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --sanitize) sanitize=1; shift ;;
+    --) shift; ctest_extra=("$@"); break ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1' (ctest arguments go after --)" >&2; exit 2 ;;
+  esac
+done
+
+bash scripts/setup.sh
+
+jobs=$(nproc)
+
+# -G Ninja only on the first configure (re-passing it is harmless, but an existing build dir
+# made with another generator should get cmake's own error, not a confusing one).
+generator_args() {
+  if [[ ! -f "$1/CMakeCache.txt" ]]; then echo "-G Ninja"; fi
+}
+
+if [[ $sanitize == 1 ]]; then
+  build="build-sanitize"
+  # shellcheck disable=SC2046
+  cmake $(generator_args "$build") -S . -B "$build" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTROUPE_SANITIZE=ON \
+    -DTROUPE_CUDA=OFF \
+    -DTROUPE_BUILD_TESTS=ON \
+    -DTROUPE_BUILD_BENCH=OFF \
+    -DTROUPE_BUILD_EXAMPLES=OFF
+  if cmake --build "$build" --target help 2>/dev/null | grep -q '^tensor_tests:'; then
+    cmake --build "$build" -j "$jobs" --target tensor_tests
+  else
+    echo "test.sh: no tensor_tests target yet; building everything"
+    cmake --build "$build" -j "$jobs"
+  fi
+  export ASAN_OPTIONS=detect_leaks=1
+  export UBSAN_OPTIONS=print_stacktrace=1
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L tensor "${ctest_extra[@]}"
+else
+  build="build"
+  # shellcheck disable=SC2046
+  cmake $(generator_args "$build") -S . -B "$build" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DTROUPE_SANITIZE=OFF \
+    -DTROUPE_BUILD_TESTS=ON \
+    -DTROUPE_BUILD_BENCH=OFF
+  cmake --build "$build" -j "$jobs"
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_extra[@]}"
+fi

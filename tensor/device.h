@@ -1,0 +1,37 @@
+// Where a tensor's storage lives: the CPU, or a CUDA device by index.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace troupe {
+
+enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
+constexpr DeviceType kCPU = DeviceType::CPU;
+constexpr DeviceType kCUDA = DeviceType::CUDA;
+constexpr int kNumDeviceTypes = 2;
+
+/// A device: `cpu`, or `cuda:N`. Parses PyTorch's strings ("cpu", "cuda", "cuda:1").
+struct Device {
+  DeviceType type = kCPU;
+  int index = -1;  // -1: the current device of that type
+
+  Device() = default;
+  Device(DeviceType t, int i = -1) : type(t), index(i) {}
+  Device(const std::string& s);
+  Device(const char* s) : Device(std::string(s)) {}
+
+  bool is_cpu() const { return type == kCPU; }
+  bool is_cuda() const { return type == kCUDA; }
+  bool operator==(const Device& o) const {
+    return type == o.type && (type == kCPU || index == o.index || index < 0 || o.index < 0);
+  }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  /// "cpu" or "cuda:0".
+  std::string str() const;
+};
+
+std::ostream& operator<<(std::ostream& os, const Device& d);
+
+}  // namespace troupe

@@ -1,0 +1,701 @@
+// Neural-network ops: conv2d (im2col + gemm, with a 1x1 fast path), max_pool2d, avg_pool2d, dropout, each
+// with its backward. The backward functions are themselves differentiable ops, so double backward works.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "autograd.h"
+#include "backend.h"
+#include "ops.h"
+#include "parallel.h"
+
+namespace troupe {
+
+using autograd::SavedVariable;
+using autograd::variable_list;
+
+namespace {
+
+// A view of t's storage for a kernel call: no autograd, no view bookkeeping.
+Tensor raw_view(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t extra_offset = 0) {
+  return Tensor(std::make_shared<TensorImpl>(t.impl()->storage, std::move(sizes), std::move(strides),
+                                             t.storage_offset() + extra_offset, t.dtype()));
+}
+
+// A contiguous version of t (t itself when it already is), outside the graph.
+Tensor contiguous_raw(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  NoGradGuard ng;
+  return t.detach().contiguous();
+}
+
+std::string err(const char* op, const std::string& msg) { return std::string("[") + op + "] " + msg; }
+
+// ============================================================ conv2d
+
+struct ConvParams {
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+struct ConvGeom {
+  int64_t N, C, H, W, O, Cg, kh, kw, oH, oW, L, G, Og, CKK;
+  bool direct;  // 1x1, stride 1, no padding: the image itself is the column matrix
+};
+
+ConvGeom conv_geom(IntArrayRef in, IntArrayRef w, const ConvParams& p) {
+  ConvGeom g{};
+  g.N = in[0], g.C = in[1], g.H = in[2], g.W = in[3];
+  g.O = w[0], g.Cg = w[1], g.kh = w[2], g.kw = w[3];
+  g.oH = (g.H + 2 * p.ph - p.dh * (g.kh - 1) - 1) / p.sh + 1;
+  g.oW = (g.W + 2 * p.pw - p.dw * (g.kw - 1) - 1) / p.sw + 1;
+  g.L = g.oH * g.oW;
+  g.G = p.groups;
+  g.Og = g.O / g.G;
+  g.CKK = g.Cg * g.kh * g.kw;
+  g.direct = g.kh == 1 && g.kw == 1 && p.sh == 1 && p.sw == 1 && p.ph == 0 && p.pw == 0;
+  return g;
+}
+
+// out = conv(x, w) + bias, x (N, C, H, W). No autograd.
+Tensor conv_forward_raw(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p) {
+  Tensor x = contiguous_raw(x_in), w = contiguous_raw(w_in);
+  ConvGeom g = conv_geom(x.sizes(), w.sizes(), p);
+  Tensor out = empty({g.N, g.O, g.oH, g.oW}, x.options());
+  if (out.numel() == 0) return out;
+  Backend& be = backend(x);
+  const bool has_bias = bias.defined();
+  if (has_bias) be.copy(out, raw_view(bias, {g.N, g.O, g.oH, g.oW}, {0, bias.stride(0), 0, 0}));
+  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, x.options());
+  const int64_t img = g.C * g.H * g.W;
+  for (int64_t n = 0; n < g.N; ++n) {
+    Tensor src;
+    if (g.direct) {
+      src = raw_view(x, {g.C, g.L}, {g.L, 1}, n * img);
+    } else {
+      be.im2col(col, raw_view(x, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
+                p.dh, p.dw);
+      src = col;
+    }
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      be.gemm(raw_view(out, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
+              raw_view(w, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
+              raw_view(src, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L), 1.0, has_bias ? 1.0 : 0.0);
+    }
+  }
+  return out;
+}
+
+// d(conv)/d(input) applied to gy: (N, O, oH, oW) -> in_sizes. No autograd.
+Tensor conv_grad_input_raw(const Tensor& gy_in, const Tensor& w_in, IntArrayRef in_sizes, const ConvParams& p) {
+  Tensor gy = contiguous_raw(gy_in), w = contiguous_raw(w_in);
+  ConvGeom g = conv_geom(in_sizes, w.sizes(), p);
+  Tensor gx = empty(in_sizes, gy.options());
+  if (gx.numel() == 0) return gx;
+  Backend& be = backend(gy);
+  if (g.L == 0) {
+    be.fill(gx, Scalar(0));
+    return gx;
+  }
+  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, gy.options());
+  const int64_t img = g.C * g.H * g.W;
+  for (int64_t n = 0; n < g.N; ++n) {
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      Tensor dst = g.direct ? raw_view(gx, {g.Cg, g.L}, {g.L, 1}, n * img + gi * g.Cg * g.L)
+                            : raw_view(col, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L);
+      be.gemm(dst, raw_view(w, {g.CKK, g.Og}, {1, g.CKK}, gi * g.Og * g.CKK),  // w_g^T as a transposed view
+              raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L), 1.0, 0.0);
+    }
+    if (!g.direct)
+      be.col2im(raw_view(gx, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), col, g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
+                p.dh, p.dw);
+  }
+  return gx;
+}
+
+// d(conv)/d(weight) applied to gy: (N, O, oH, oW) -> w_sizes. No autograd.
+Tensor conv_grad_weight_raw(const Tensor& gy_in, const Tensor& x_in, IntArrayRef w_sizes, const ConvParams& p) {
+  Tensor gy = contiguous_raw(gy_in), x = contiguous_raw(x_in);
+  ConvGeom g = conv_geom(x.sizes(), w_sizes, p);
+  Tensor gw = empty(w_sizes, gy.options());
+  if (gw.numel() == 0) return gw;
+  Backend& be = backend(gy);
+  if (g.N == 0 || g.L == 0) {
+    be.fill(gw, Scalar(0));
+    return gw;
+  }
+  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, x.options());
+  const int64_t img = g.C * g.H * g.W;
+  for (int64_t n = 0; n < g.N; ++n) {
+    Tensor src;
+    if (g.direct) {
+      src = raw_view(x, {g.C, g.L}, {g.L, 1}, n * img);
+    } else {
+      be.im2col(col, raw_view(x, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
+                p.dh, p.dw);
+      src = col;
+    }
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      be.gemm(raw_view(gw, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
+              raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
+              raw_view(src, {g.L, g.CKK}, {1, g.L}, gi * g.CKK * g.L),  // col_g^T as a transposed view
+              1.0, n == 0 ? 0.0 : 1.0);
+    }
+  }
+  return gw;
+}
+
+Tensor conv4(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p);
+Tensor conv_grad_input(const Tensor& gy, const Tensor& w, IntArrayRef in_sizes, const ConvParams& p);
+Tensor conv_grad_weight(const Tensor& gy, const Tensor& x, IntArrayRef w_sizes, const ConvParams& p);
+
+// The gradient of conv with respect to its input, as a differentiable op of (gy, w): its own backward is
+// conv (for gy) and the weight gradient (for w).
+Tensor conv_grad_input(const Tensor& gy, const Tensor& w, IntArrayRef in_sizes, const ConvParams& p) {
+  Tensor gx = conv_grad_input_raw(gy, w, in_sizes, p);
+  if (autograd::any_requires_grad({&gy, &w})) {
+    const bool need_gy = gy.requires_grad(), need_w = w.requires_grad();
+    autograd::record("ConvolutionBackwardBackward0", {gy, w}, gx,
+                     [sgy = SavedVariable(need_w ? gy : Tensor(), false),
+                      sw = SavedVariable(need_gy ? w : Tensor(), false), p, need_gy, need_w,
+                      w_sizes = w.sizes().vec()](const variable_list& gg) {
+                       Tensor d_gy, d_w;
+                       if (need_gy) d_gy = conv4(gg[0], sw.unpack(), Tensor(), p);
+                       if (need_w) d_w = conv_grad_weight(sgy.unpack(), gg[0], w_sizes, p);
+                       return variable_list{d_gy, d_w};
+                     });
+  }
+  return gx;
+}
+
+// The gradient of conv with respect to its weight, as a differentiable op of (gy, x).
+Tensor conv_grad_weight(const Tensor& gy, const Tensor& x, IntArrayRef w_sizes, const ConvParams& p) {
+  Tensor gw = conv_grad_weight_raw(gy, x, w_sizes, p);
+  if (autograd::any_requires_grad({&gy, &x})) {
+    const bool need_gy = gy.requires_grad(), need_x = x.requires_grad();
+    autograd::record("ConvolutionBackwardBackward0", {gy, x}, gw,
+                     [sgy = SavedVariable(need_x ? gy : Tensor(), false),
+                      sx = SavedVariable(need_gy ? x : Tensor(), false), p, need_gy, need_x,
+                      x_sizes = x.sizes().vec()](const variable_list& gg) {
+                       Tensor d_gy, d_x;
+                       if (need_gy) d_gy = conv4(sx.unpack(), gg[0], Tensor(), p);
+                       if (need_x) d_x = conv_grad_input(sgy.unpack(), gg[0], x_sizes, p);
+                       return variable_list{d_gy, d_x};
+                     });
+  }
+  return gw;
+}
+
+// conv2d on a 4-D input with validated arguments, recording ConvolutionBackward0.
+Tensor conv4(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p) {
+  Tensor out = conv_forward_raw(x, w, b, p);
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
+    autograd::record("ConvolutionBackward0", {x, w, b}, out,
+                     [sx = SavedVariable(need_w ? x : Tensor(), false), sw = SavedVariable(need_x ? w : Tensor(), false),
+                      p, need_x, need_w, need_b, x_sizes = x.sizes().vec(),
+                      w_sizes = w.sizes().vec()](const variable_list& g) {
+                       Tensor gx, gw, gb;
+                       if (need_x) gx = conv_grad_input(g[0], sw.unpack(), x_sizes, p);
+                       if (need_w) gw = conv_grad_weight(g[0], sx.unpack(), w_sizes, p);
+                       if (need_b) gb = sum(g[0], {0, 2, 3});
+                       return variable_list{gx, gw, gb};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+std::array<int64_t, 2> conv_pair(const char* what, IntArrayRef v) {
+  if (v.size() == 1) return {v[0], v[0]};
+  if (v.size() == 2) return {v[0], v[1]};
+  throw std::invalid_argument(err("conv2d", std::string("expected ") + what +
+                                                " to be a single integer value or a list of 2 values to match the "
+                                                "convolution dimensions, but got " +
+                                                what + "=" + list_str(v)));
+}
+
+void check_float_or_int(const char* op, const Tensor& t) {
+  if (t.dtype() == kBool) throw std::invalid_argument(err(op, "not implemented for dtype bool"));
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
+              IntArrayRef dilation, int64_t groups) {
+  if (!input.defined() || !weight.defined()) throw std::invalid_argument(err("conv2d", "got an undefined tensor"));
+  if (input.dim() != 3 && input.dim() != 4)
+    throw std::invalid_argument(err("conv2d", "expected input to have 4 dimensions (N, C, H, W), got input of shape " +
+                                                  shape_str(input.sizes()) +
+                                                  " (a 3-D (C, H, W) input is taken as one unbatched image)"));
+  if (weight.dim() != 4)
+    throw std::invalid_argument(err("conv2d",
+                                    "expected weight to have 4 dimensions (C_out, C_in/groups, kH, kW), got weight of "
+                                    "shape " + shape_str(weight.sizes())));
+  auto s = conv_pair("stride", stride);
+  auto pd = conv_pair("padding", padding);
+  auto dl = conv_pair("dilation", dilation);
+  if (s[0] <= 0 || s[1] <= 0) throw std::invalid_argument(err("conv2d", "non-positive stride is not supported"));
+  if (pd[0] < 0 || pd[1] < 0) throw std::invalid_argument(err("conv2d", "negative padding is not supported"));
+  if (dl[0] <= 0 || dl[1] <= 0) throw std::invalid_argument(err("conv2d", "non-positive dilation is not supported"));
+  if (groups <= 0) throw std::invalid_argument(err("conv2d", "non-positive groups is not supported"));
+  if (input.device() != weight.device() || (bias.defined() && bias.device() != input.device()))
+    throw std::invalid_argument(err("conv2d", "Expected all tensors to be on the same device, but found input on " +
+                                                  input.device().str() + " and weight on " + weight.device().str()));
+  if (input.dtype() != weight.dtype())
+    throw std::invalid_argument(err("conv2d", std::string("Input type (") + dtype_name(input.dtype()) +
+                                                  ") and weight type (" + dtype_name(weight.dtype()) +
+                                                  ") should be the same"));
+  if (bias.defined() && bias.dtype() != input.dtype())
+    throw std::invalid_argument(err("conv2d", std::string("Input type (") + dtype_name(input.dtype()) +
+                                                  ") and bias type (" + dtype_name(bias.dtype()) +
+                                                  ") should be the same"));
+  check_float_or_int("conv2d", input);
+  const bool batched = input.dim() == 4;
+  std::vector<int64_t> in4 = input.sizes().vec();
+  if (!batched) in4.insert(in4.begin(), 1);
+  if (weight.size(0) % groups != 0)
+    throw std::invalid_argument(err("conv2d", "Given groups=" + std::to_string(groups) +
+                                                  ", expected weight to be divisible by " + std::to_string(groups) +
+                                                  " at dimension 0, but got weight of size " +
+                                                  list_str(weight.sizes()) + " instead"));
+  if (in4[1] != weight.size(1) * groups)
+    throw std::invalid_argument(err("conv2d", "Given groups=" + std::to_string(groups) + ", weight of size " +
+                                                  list_str(weight.sizes()) + ", expected input" + list_str(in4) +
+                                                  " to have " + std::to_string(weight.size(1) * groups) +
+                                                  " channels, but got " + std::to_string(in4[1]) +
+                                                  " channels instead"));
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))
+    throw std::invalid_argument(err("conv2d", "Given weight of size " + list_str(weight.sizes()) +
+                                                  ", expected bias to be 1-dimensional with " +
+                                                  std::to_string(weight.size(0)) + " elements, but got bias of size " +
+                                                  list_str(bias.sizes()) + " instead"));
+  const int64_t padded_h = in4[2] + 2 * pd[0], padded_w = in4[3] + 2 * pd[1];
+  const int64_t ekh = dl[0] * (weight.size(2) - 1) + 1, ekw = dl[1] * (weight.size(3) - 1) + 1;
+  if (padded_h < ekh || padded_w < ekw)
+    throw std::invalid_argument(err("conv2d", "Calculated padded input size per channel: (" +
+                                                  std::to_string(padded_h) + " x " + std::to_string(padded_w) +
+                                                  "). Kernel size: (" + std::to_string(ekh) + " x " +
+                                                  std::to_string(ekw) +
+                                                  "). Kernel size can't be greater than actual input size"));
+  ConvParams p{s[0], s[1], pd[0], pd[1], dl[0], dl[1], groups};
+  if (batched) return conv4(input, weight, bias, p);
+  return conv4(input.unsqueeze(0), weight, bias, p).squeeze(0);
+}
+
+// ============================================================ pooling
+
+namespace {
+
+struct PoolParams {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  bool ceil_mode;
+};
+
+struct PoolGeom {
+  int64_t planes, H, W, oH, oW;
+  std::vector<int64_t> out_sizes;
+};
+
+int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // floor division rounding toward -inf (PyTorch's div_rtn)
+  int64_t q = num / stride;
+  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;  // the last window must start inside the input or left pad
+  return out;
+}
+
+PoolParams pool_params(const char* op, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding,
+                       IntArrayRef dilation, bool ceil_mode, bool has_dilation) {
+  if (kernel.size() != 1 && kernel.size() != 2)
+    throw std::invalid_argument(err(op, "kernel_size must either be a single int, or a tuple of two ints, got " +
+                                            list_str(kernel)));
+  if (stride.size() > 2)
+    throw std::invalid_argument(err(op, "stride must either be omitted, a single int, or a tuple of two ints, got " +
+                                            list_str(stride)));
+  if (padding.size() != 1 && padding.size() != 2)
+    throw std::invalid_argument(err(op, "padding must either be a single int, or a tuple of two ints, got " +
+                                            list_str(padding)));
+  if (has_dilation && dilation.size() != 1 && dilation.size() != 2)
+    throw std::invalid_argument(err(op, "dilation must be either a single int, or a tuple of two ints, got " +
+                                            list_str(dilation)));
+  PoolParams p{};
+  p.kh = kernel[0];
+  p.kw = kernel.size() == 2 ? kernel[1] : kernel[0];
+  if (stride.empty()) {
+    p.sh = p.kh, p.sw = p.kw;
+  } else {
+    p.sh = stride[0];
+    p.sw = stride.size() == 2 ? stride[1] : stride[0];
+  }
+  p.ph = padding[0];
+  p.pw = padding.size() == 2 ? padding[1] : padding[0];
+  p.dh = has_dilation ? dilation[0] : 1;
+  p.dw = has_dilation ? (dilation.size() == 2 ? dilation[1] : dilation[0]) : 1;
+  p.ceil_mode = ceil_mode;
+  if (p.kh <= 0 || p.kw <= 0)
+    throw std::invalid_argument(err(op, "kernel size should be greater than zero, but got kH: " +
+                                            std::to_string(p.kh) + " kW: " + std::to_string(p.kw)));
+  if (p.sh <= 0 || p.sw <= 0)
+    throw std::invalid_argument(err(op, "stride should be greater than zero, but got dH: " + std::to_string(p.sh) +
+                                            " dW: " + std::to_string(p.sw)));
+  if (p.dh <= 0 || p.dw <= 0)
+    throw std::invalid_argument(err(op, "dilation should be greater than zero, but got dilationH: " +
+                                            std::to_string(p.dh) + " dilationW: " + std::to_string(p.dw)));
+  if (p.ph < 0 || p.pw < 0)
+    throw std::invalid_argument(err(op, "pad must be non-negative, but got pad: " + std::to_string(std::min(p.ph, p.pw))));
+  if (p.ph > p.kh / 2)
+    throw std::invalid_argument(err(op, "pad should be at most half of kernel size, but got pad=" +
+                                            std::to_string(p.ph) + " and kernel_size=" + std::to_string(p.kh)));
+  if (p.pw > p.kw / 2)
+    throw std::invalid_argument(err(op, "pad should be at most half of kernel size, but got pad=" +
+                                            std::to_string(p.pw) + " and kernel_size=" + std::to_string(p.kw)));
+  return p;
+}
+
+PoolGeom pool_geom(const char* op, const Tensor& x, const PoolParams& p) {
+  if (x.dim() != 3 && x.dim() != 4)
+    throw std::invalid_argument(err(op, "non-empty 3D or 4D (batch mode) tensor expected for input, got shape " +
+                                            shape_str(x.sizes())));
+  const int64_t d = x.dim();
+  if (x.size(d - 3) == 0 || x.size(d - 2) == 0 || x.size(d - 1) == 0)
+    throw std::invalid_argument(err(op, "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
+                                        "input, but got:" + list_str(x.sizes())));
+  PoolGeom g;
+  g.H = x.size(d - 2);
+  g.W = x.size(d - 1);
+  g.planes = x.numel() / (g.H * g.W);
+  g.oH = pool_out_size(g.H, p.kh, p.ph, p.sh, p.dh, p.ceil_mode);
+  g.oW = pool_out_size(g.W, p.kw, p.pw, p.sw, p.dw, p.ceil_mode);
+  const int64_t C = x.size(d - 3);
+  if (g.oH < 1 || g.oW < 1)
+    throw std::invalid_argument(err(op, "Given input size: (" + std::to_string(C) + "x" + std::to_string(g.H) + "x" +
+                                            std::to_string(g.W) + "). Calculated output size: (" + std::to_string(C) +
+                                            "x" + std::to_string(g.oH) + "x" + std::to_string(g.oW) +
+                                            "). Output size is too small"));
+  g.out_sizes = x.sizes().vec();
+  g.out_sizes[d - 2] = g.oH;
+  g.out_sizes[d - 1] = g.oW;
+  return g;
+}
+
+void check_pool_input(const char* op, const Tensor& x, bool allow_int) {
+  if (!x.defined()) throw std::invalid_argument(err(op, "got an undefined tensor"));
+  if (!x.is_cpu()) throw std::invalid_argument(err(op, "not implemented for device " + x.device().str()));
+  if (!x.is_floating_point() && !(allow_int && is_integral(x.dtype())))
+    throw std::invalid_argument(err(op, std::string("not implemented for dtype ") + dtype_name(x.dtype())));
+}
+
+int64_t pool_grain(const PoolGeom& g, const PoolParams& p) {
+  return std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, g.oH * g.oW * p.kh * p.kw));
+}
+
+template <typename T>
+bool is_nan_value(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// ---- max pool kernels (contiguous planes of H*W)
+
+void max_pool_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& idx, const PoolGeom& g,
+                             const PoolParams& p) {
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return;
+    } else {
+      using Acc = opmath_t<T>;
+      const T* in = static_cast<const T*>(x.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      int64_t* ix = static_cast<int64_t*>(idx.data_ptr());
+      parallel_for(0, g.planes, pool_grain(g, p), [&](int64_t b, int64_t e) {
+        for (int64_t pl = b; pl < e; ++pl) {
+          const T* ip = in + pl * g.H * g.W;
+          T* op = o + pl * g.oH * g.oW;
+          int64_t* xp = ix + pl * g.oH * g.oW;
+          for (int64_t oh = 0; oh < g.oH; ++oh) {
+            for (int64_t ow = 0; ow < g.oW; ++ow) {
+              int64_t hstart = oh * p.sh - p.ph, wstart = ow * p.sw - p.pw;
+              const int64_t hend = std::min(hstart + (p.kh - 1) * p.dh + 1, g.H);
+              const int64_t wend = std::min(wstart + (p.kw - 1) * p.dw + 1, g.W);
+              while (hstart < 0) hstart += p.dh;
+              while (wstart < 0) wstart += p.dw;
+              int64_t maxindex = hstart * g.W + wstart;
+              Acc maxval = std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
+                                                                   : std::numeric_limits<Acc>::lowest();
+              for (int64_t ih = hstart; ih < hend; ih += p.dh) {
+                for (int64_t iw = wstart; iw < wend; iw += p.dw) {
+                  const int64_t index = ih * g.W + iw;
+                  const Acc val = static_cast<Acc>(ip[index]);
+                  if (val > maxval || is_nan_value(val)) {
+                    maxval = val;
+                    maxindex = index;
+                  }
+                }
+              }
+              op[oh * g.oW + ow] = static_cast<T>(maxval);
+              xp[oh * g.oW + ow] = maxindex;
+            }
+          }
+        }
+      });
+    }
+  });
+}
+
+// gx (planes of H*W) = scatter-add of gy at idx. gy, idx contiguous with planes of oH*oW.
+Tensor max_pool_scatter_raw(const Tensor& gy_in, const Tensor& idx, IntArrayRef in_sizes, int64_t H, int64_t W) {
+  Tensor gy = contiguous_raw(gy_in);
+  Tensor gx = empty(in_sizes, gy.options());
+  if (gx.numel() == 0) return gx;
+  const int64_t planes = gx.numel() / (H * W), L = idx.numel() / std::max<int64_t>(planes, 1);
+  dispatch_all(gy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using Acc = opmath_t<T>;
+      const T* g = static_cast<const T*>(gy.data_ptr());
+      const int64_t* ix = static_cast<const int64_t*>(idx.data_ptr());
+      T* o = static_cast<T*>(gx.data_ptr());
+      parallel_for(0, planes, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, H * W + L)),
+                   [&](int64_t b, int64_t e) {
+                     std::vector<Acc> buf(static_cast<size_t>(H * W));
+                     for (int64_t pl = b; pl < e; ++pl) {
+                       std::fill(buf.begin(), buf.end(), Acc(0));
+                       for (int64_t i = 0; i < L; ++i) buf[ix[pl * L + i]] += static_cast<Acc>(g[pl * L + i]);
+                       T* op = o + pl * H * W;
+                       for (int64_t i = 0; i < H * W; ++i) op[i] = static_cast<T>(buf[i]);
+                     }
+                   });
+    }
+  });
+  return gx;
+}
+
+// out (planes of L) = gx gathered at idx.
+Tensor max_pool_gather_raw(const Tensor& gx_in, const Tensor& idx, int64_t H, int64_t W) {
+  Tensor gx = contiguous_raw(gx_in);
+  Tensor out = empty(idx.sizes(), gx.options());
+  if (out.numel() == 0) return out;
+  const int64_t planes = gx.numel() / (H * W), L = idx.numel() / std::max<int64_t>(planes, 1);
+  dispatch_all(gx.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(gx.data_ptr());
+    const int64_t* ix = static_cast<const int64_t*>(idx.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    parallel_for(0, planes, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, L)), [&](int64_t b, int64_t e) {
+      for (int64_t pl = b; pl < e; ++pl)
+        for (int64_t i = 0; i < L; ++i) o[pl * L + i] = src[pl * H * W + ix[pl * L + i]];
+    });
+  });
+  return out;
+}
+
+Tensor max_pool_gather(const Tensor& gx, const Tensor& idx, int64_t H, int64_t W);
+
+// The max-pool gradient (scatter of gy into the argmax positions), differentiable in gy.
+Tensor max_pool_scatter(const Tensor& gy, const Tensor& idx, IntArrayRef in_sizes, int64_t H, int64_t W) {
+  Tensor gx = max_pool_scatter_raw(gy, idx, in_sizes, H, W);
+  if (autograd::any_requires_grad({&gy}))
+    autograd::record("MaxPool2DWithIndicesBackwardBackward0", {gy}, gx,
+                     [idx, H, W](const variable_list& gg) { return variable_list{max_pool_gather(gg[0], idx, H, W)}; },
+                     false);
+  return gx;
+}
+
+// Gathers gx at the argmax positions (the linear part of max pooling), differentiable in gx.
+Tensor max_pool_gather(const Tensor& gx, const Tensor& idx, int64_t H, int64_t W) {
+  Tensor out = max_pool_gather_raw(gx, idx, H, W);
+  if (autograd::any_requires_grad({&gx}))
+    autograd::record("MaxPool2DWithIndicesBackward0", {gx}, out,
+                     [idx, H, W, in_sizes = gx.sizes().vec()](const variable_list& g) {
+                       return variable_list{max_pool_scatter(g[0], idx, in_sizes, H, W)};
+                     },
+                     false);
+  return out;
+}
+
+// ---- avg pool kernels
+
+template <typename F>
+void avg_pool_windows(const PoolGeom& g, const PoolParams& p, bool count_include_pad,
+                      std::optional<int64_t> divisor_override, int64_t oh, int64_t ow, F&& f) {
+  int64_t ih0 = oh * p.sh - p.ph, iw0 = ow * p.sw - p.pw;
+  int64_t ih1 = std::min(ih0 + p.kh, g.H + p.ph), iw1 = std::min(iw0 + p.kw, g.W + p.pw);
+  const int64_t pool_size = (ih1 - ih0) * (iw1 - iw0);
+  ih0 = std::max<int64_t>(ih0, 0);
+  iw0 = std::max<int64_t>(iw0, 0);
+  ih1 = std::min(ih1, g.H);
+  iw1 = std::min(iw1, g.W);
+  int64_t divide = 0;
+  if (ih0 < ih1 && iw0 < iw1)
+    divide = divisor_override ? *divisor_override : (count_include_pad ? pool_size : (ih1 - ih0) * (iw1 - iw0));
+  f(ih0, ih1, iw0, iw1, divide);
+}
+
+Tensor avg_pool_forward_raw(const Tensor& x_in, const PoolGeom& g, const PoolParams& p, bool count_include_pad,
+                            std::optional<int64_t> divisor_override) {
+  Tensor x = contiguous_raw(x_in);
+  Tensor out = empty(g.out_sizes, x.options());
+  if (out.numel() == 0) return out;
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using Acc = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, opmath_t<T>, int64_t>;
+      const T* in = static_cast<const T*>(x.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      parallel_for(0, g.planes, pool_grain(g, p), [&](int64_t b, int64_t e) {
+        for (int64_t pl = b; pl < e; ++pl) {
+          const T* ip = in + pl * g.H * g.W;
+          T* op = o + pl * g.oH * g.oW;
+          for (int64_t oh = 0; oh < g.oH; ++oh)
+            for (int64_t ow = 0; ow < g.oW; ++ow)
+              avg_pool_windows(g, p, count_include_pad, divisor_override, oh, ow,
+                               [&](int64_t h0, int64_t h1, int64_t w0, int64_t w1, int64_t divide) {
+                                 if (divide == 0) {
+                                   op[oh * g.oW + ow] = T(0);
+                                   return;
+                                 }
+                                 Acc s = 0;
+                                 for (int64_t ih = h0; ih < h1; ++ih)
+                                   for (int64_t iw = w0; iw < w1; ++iw) s += static_cast<Acc>(ip[ih * g.W + iw]);
+                                 op[oh * g.oW + ow] = static_cast<T>(s / static_cast<Acc>(divide));
+                               });
+        }
+      });
+    }
+  });
+  return out;
+}
+
+Tensor avg_pool_backward_raw(const Tensor& gy_in, IntArrayRef in_sizes, const PoolGeom& g, const PoolParams& p,
+                             bool count_include_pad, std::optional<int64_t> divisor_override) {
+  Tensor gy = contiguous_raw(gy_in);
+  Tensor gx = empty(in_sizes, gy.options());
+  if (gx.numel() == 0) return gx;
+  dispatch_all(gy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using Acc = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, opmath_t<T>, int64_t>;
+      const T* gp = static_cast<const T*>(gy.data_ptr());
+      T* o = static_cast<T*>(gx.data_ptr());
+      parallel_for(0, g.planes, pool_grain(g, p), [&](int64_t b, int64_t e) {
+        std::vector<Acc> buf(static_cast<size_t>(g.H * g.W));
+        for (int64_t pl = b; pl < e; ++pl) {
+          std::fill(buf.begin(), buf.end(), Acc(0));
+          const T* gpl = gp + pl * g.oH * g.oW;
+          for (int64_t oh = 0; oh < g.oH; ++oh)
+            for (int64_t ow = 0; ow < g.oW; ++ow)
+              avg_pool_windows(g, p, count_include_pad, divisor_override, oh, ow,
+                               [&](int64_t h0, int64_t h1, int64_t w0, int64_t w1, int64_t divide) {
+                                 if (divide == 0) return;
+                                 const Acc d = static_cast<Acc>(gpl[oh * g.oW + ow]) / static_cast<Acc>(divide);
+                                 for (int64_t ih = h0; ih < h1; ++ih)
+                                   for (int64_t iw = w0; iw < w1; ++iw) buf[ih * g.W + iw] += d;
+                               });
+          T* op = o + pl * g.H * g.W;
+          for (int64_t i = 0; i < g.H * g.W; ++i) op[i] = static_cast<T>(buf[i]);
+        }
+      });
+    }
+  });
+  return gx;
+}
+
+struct AvgArgs {
+  PoolParams p;
+  bool count_include_pad;
+  std::optional<int64_t> divisor_override;
+};
+
+Tensor avg_pool_op(const Tensor& x, const AvgArgs& a);
+
+// The avg-pool gradient, differentiable in gy (its adjoint is avg pooling itself).
+Tensor avg_pool_backward(const Tensor& gy, IntArrayRef in_sizes, const PoolGeom& g, const AvgArgs& a) {
+  Tensor gx = avg_pool_backward_raw(gy, in_sizes, g, a.p, a.count_include_pad, a.divisor_override);
+  if (autograd::any_requires_grad({&gy}))
+    autograd::record("AvgPool2DBackwardBackward0", {gy}, gx,
+                     [a](const variable_list& gg) { return variable_list{avg_pool_op(gg[0], a)}; }, false);
+  return gx;
+}
+
+// avg_pool2d on validated arguments, recording AvgPool2DBackward0.
+Tensor avg_pool_op(const Tensor& x, const AvgArgs& a) {
+  PoolGeom g = pool_geom("avg_pool2d", x, a.p);
+  Tensor out = avg_pool_forward_raw(x, g, a.p, a.count_include_pad, a.divisor_override);
+  if (autograd::any_requires_grad({&x}))
+    autograd::record("AvgPool2DBackward0", {x}, out,
+                     [a, g, in_sizes = x.sizes().vec()](const variable_list& gy) {
+                       return variable_list{avg_pool_backward(gy[0], in_sizes, g, a)};
+                     },
+                     false);
+  return out;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
+                                                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+  const char* op = "max_pool2d";
+  check_pool_input(op, input, false);
+  PoolParams p = pool_params(op, kernel_size, stride, padding, dilation, ceil_mode, true);
+  PoolGeom g = pool_geom(op, input, p);
+  Tensor x = contiguous_raw(input);
+  Tensor out = empty(g.out_sizes, input.options());
+  Tensor idx = empty(g.out_sizes, TensorOptions().dtype(kInt64).device(input.device()));
+  if (out.numel() > 0) max_pool_forward_kernel(x, out, idx, g, p);
+  if (autograd::any_requires_grad({&input})) {
+    const int64_t H = g.H, W = g.W;
+    autograd::record("MaxPool2DWithIndicesBackward0", {input}, out,
+                     [sidx = SavedVariable(idx, false), H, W, in_sizes = input.sizes().vec()](const variable_list& gy) {
+                       return variable_list{max_pool_scatter(gy[0], sidx.unpack(), in_sizes, H, W)};
+                     });
+  }
+  return {out, idx};
+}
+
+Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                  IntArrayRef dilation, bool ceil_mode) {
+  return std::get<0>(max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode));
+}
+
+Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  const char* op = "avg_pool2d";
+  check_pool_input(op, input, true);
+  AvgArgs a{pool_params(op, kernel_size, stride, padding, IntArrayRef(), ceil_mode, false), count_include_pad,
+            divisor_override};
+  if (divisor_override && *divisor_override == 0) throw std::invalid_argument(err(op, "divisor must be not zero"));
+  return avg_pool_op(input, a);
+}
+
+// ============================================================ dropout
+
+Tensor dropout(const Tensor& x, double p, bool train) {
+  if (!(p >= 0 && p <= 1)) {
+    std::ostringstream os;
+    os << "[dropout] dropout probability has to be between 0 and 1, but got " << p;
+    throw std::invalid_argument(os.str());
+  }
+  if (!x.defined()) throw std::invalid_argument("[dropout] got an undefined tensor");
+  if (p == 0 || !train || x.numel() == 0) return x;
+  if (!x.is_floating_point())
+    throw std::invalid_argument(std::string("[dropout] expected a floating-point input, got ") + dtype_name(x.dtype()));
+  if (p == 1) return mul(x, zeros({}, x.options()));
+  Tensor noise;
+  {
+    NoGradGuard ng;
+    noise = lt(rand_like(x, x.options().dtype(kFloat32)), 1.0 - p).to(x.dtype());
+    noise = mul(noise, 1.0 / (1.0 - p));
+  }
+  return mul(x, noise);  // MulBackward0, as PyTorch's CPU dropout
+}
+
+}  // namespace troupe

@@ -1,0 +1,214 @@
+// TensorImpl, and the Tensor methods that are not ops: geometry, item, autograd accessors, hooks.
+#include "tensor.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "autograd.h"
+#include "backend.h"
+#include "ops.h"
+
+namespace troupe {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> st(sizes.size());
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    st[i] = s;
+    s *= sizes[i] > 0 ? sizes[i] : 1;
+  }
+  return st;
+}
+
+TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, std::vector<int64_t> sz, std::vector<int64_t> st, int64_t off,
+                       ScalarType dt)
+    : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), offset(off), dtype(dt) {
+  refresh();
+}
+
+TensorImpl::~TensorImpl() = default;
+
+void TensorImpl::refresh() {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  numel = n;
+  bool c = true;
+  int64_t expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) {
+      c = false;
+      break;
+    }
+    expected *= sizes[i];
+  }
+  contiguous = c || n == 0;
+}
+
+void check_dtype_for_data_ptr(ScalarType have, ScalarType want) {
+  if (have != want)
+    throw std::invalid_argument(std::string("[data_ptr] expected scalar type ") + dtype_name(want) +
+                                " but found " + dtype_name(have));
+}
+
+static int64_t wrap_dim_for(int64_t d, int64_t ndim, const char* op) {
+  int64_t n = ndim == 0 ? 1 : ndim;
+  if (d < -n || d >= n) {
+    std::ostringstream os;
+    os << "[" << op << "] Dimension out of range (expected to be in range of [" << -n << ", " << n - 1
+       << "], but got " << d << ")";
+    throw std::out_of_range(os.str());
+  }
+  return d < 0 ? d + n : d;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  if (dim() == 0) wrap_dim_for(d, 0, "size");
+  return impl_->sizes[wrap_dim_for(d, dim(), "size")];
+}
+
+int64_t Tensor::stride(int64_t d) const {
+  if (dim() == 0) wrap_dim_for(d, 0, "stride");
+  return impl_->strides[wrap_dim_for(d, dim(), "stride")];
+}
+
+Scalar Tensor::item() const {
+  if (!defined()) throw std::invalid_argument("[item] called on an undefined tensor");
+  if (numel() != 1)
+    throw std::invalid_argument("[item] a Tensor with " + std::to_string(numel()) +
+                                " elements cannot be converted to Scalar");
+  Tensor c = is_cpu() ? *this : to(Device(kCPU));
+  return dispatch_all(dtype(), [&](auto tag) -> Scalar {
+    using T = decltype(tag);
+    return Scalar(*static_cast<const T*>(c.impl()->data()));
+  });
+}
+
+// ---------------------------------------------------------------- autograd accessors
+
+bool Tensor::requires_grad() const {
+  auto* m = autograd::meta_or_null(*this);
+  return m && (m->requires_grad || m->grad_fn);
+}
+
+Tensor& Tensor::requires_grad_(bool r) {
+  auto* m = autograd::meta_or_null(*this);
+  if (m && m->grad_fn) {
+    if (!r)
+      throw std::runtime_error(
+          "[requires_grad_] you can only change requires_grad flags of leaf variables. If you want to use a "
+          "computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().");
+    return *this;
+  }
+  if (r && !is_floating_point())
+    throw std::runtime_error(std::string("[requires_grad_] only Tensors of floating point dtype can require "
+                                         "gradients, got ") + dtype_name(dtype()));
+  if (!m && !r) return *this;
+  autograd::meta(*this).requires_grad = r;
+  return *this;
+}
+
+const Tensor& Tensor::grad() const {
+  static const Tensor undefined;
+  auto* m = autograd::meta_or_null(*this);
+  return m ? m->grad : undefined;
+}
+
+Tensor& Tensor::mutable_grad() const { return autograd::meta(*this).grad; }
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined() && !g.sizes().equals(sizes()))
+    throw std::invalid_argument("[set_grad] assigned grad has shape " + shape_str(g.sizes()) +
+                                " but the tensor has shape " + shape_str(sizes()));
+  autograd::meta(*this).grad = g;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  auto* m = autograd::meta_or_null(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+bool Tensor::is_leaf() const { return grad_fn() == nullptr; }
+
+uint32_t Tensor::output_nr() const {
+  auto* m = autograd::meta_or_null(*this);
+  return m ? m->output_nr : 0;
+}
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph,
+                      const std::vector<Tensor>& inputs) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph, inputs);
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>(impl_->storage, impl_->sizes, impl_->strides, impl_->offset, impl_->dtype);
+  return Tensor(impl);
+}
+
+Tensor& Tensor::detach_() {
+  auto* m = autograd::meta_or_null(*this);
+  if (m) {
+    m->grad_fn.reset();
+    m->output_nr = 0;
+    m->requires_grad = false;
+  }
+  return *this;
+}
+
+void Tensor::retain_grad() const {
+  if (!requires_grad())
+    throw std::runtime_error("[retain_grad] can't retain_grad on Tensor that has requires_grad=False");
+  if (is_leaf()) return;  // leaves always keep .grad
+  auto& m = autograd::meta(*this);
+  if (m.retains_grad) return;
+  m.retains_grad = true;
+  m.grad_fn->retained.emplace_back(m.output_nr, impl_);
+}
+
+bool Tensor::retains_grad() const {
+  auto* m = autograd::meta_or_null(*this);
+  return m && m->retains_grad;
+}
+
+namespace {
+int64_t next_tensor_hook_id() {
+  static std::atomic<int64_t> id{1 << 30};
+  return id++;
+}
+}  // namespace
+
+int64_t Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  if (!requires_grad())
+    throw std::runtime_error("[register_hook] cannot register a hook on a tensor that doesn't require gradient");
+  auto& m = autograd::meta(*this);
+  if (m.grad_fn) return m.grad_fn->add_tensor_pre_hook(m.output_nr, std::move(hook));
+  int64_t id = next_tensor_hook_id();
+  m.leaf_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_hook(int64_t id) const {
+  auto* m = autograd::meta_or_null(*this);
+  if (!m) return;
+  if (m->grad_fn) m->grad_fn->remove_hook(id);
+  std::erase_if(m->leaf_hooks, [id](auto& h) { return h.first == id; });
+}
+
+int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  if (!requires_grad())
+    throw std::runtime_error(
+        "[register_post_accumulate_grad_hook] cannot register a hook on a tensor that doesn't require gradient");
+  if (!is_leaf())
+    throw std::runtime_error("[register_post_accumulate_grad_hook] post accumulate grad hooks cannot be registered "
+                             "on non-leaf tensors");
+  int64_t id = next_tensor_hook_id();
+  autograd::meta(*this).post_acc_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(int64_t id) const {
+  auto* m = autograd::meta_or_null(*this);
+  if (m) std::erase_if(m->post_acc_hooks, [id](auto& h) { return h.first == id; });
+}
+
+}  // namespace troupe

@@ -1,0 +1,342 @@
+// conv2d, max_pool2d, avg_pool2d, dropout: PyTorch fixtures (forward and gradients), closed forms, double
+// backward, unbatched input, dtypes and error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/fixtures.h"
+#include "tensor/autograd.h"
+#include "tensor/gradcheck.h"
+#include "tensor/ops.h"
+
+using namespace troupe;
+using troupe::testing::Fixtures;
+using troupe::testing::tensors_close;
+
+namespace {
+
+template <typename F>
+void expect_error(F&& f, const std::string& sub) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing: " << sub;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(sub), std::string::npos) << "message: " << e.what() << "\nwanted: " << sub;
+  }
+}
+
+std::string grad_fn_name(const Tensor& t) {
+  auto fn = t.grad_fn();
+  return fn ? fn->name() : "";
+}
+
+// Direct-loop convolution in double (reference for the cases without fixtures).
+Tensor ref_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                int64_t dh, int64_t dw, int64_t groups) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t oH = (H + 2 * ph - dh * (kh - 1) - 1) / sh + 1, oW = (W + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(O, 0.0);
+  std::vector<double> out(static_cast<size_t>(N * O * oH * oW));
+  const int64_t Og = O / groups;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      const int64_t g = o / Og;
+      for (int64_t oh = 0; oh < oH; ++oh)
+        for (int64_t ow = 0; ow < oW; ++ow) {
+          double s = bv[o];
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * sh - ph + i * dh, iw = ow * sw - pw + j * dw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                s += xv[((n * C + g * Cg + c) * H + ih) * W + iw] * wv[((o * Cg + c) * kh + i) * kw + j];
+              }
+          out[((n * O + o) * oH + oh) * oW + ow] = s;
+        }
+    }
+  return tensor(out, dtype(kFloat64)).view({N, O, oH, oW});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- conv2d vs PyTorch
+
+TEST(Conv2d, FixturesForwardAndGradients) {
+  auto fx = Fixtures::load("conv2d.txt");
+  for (int i = 0; i <= 5; ++i) {
+    const std::string c = "conv" + std::to_string(i);
+    SCOPED_TRACE(c);
+    auto p = fx.ints(c + "_params");  // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias
+    Tensor x = fx.get(c + "_input").requires_grad_();
+    Tensor w = fx.get(c + "_weight").requires_grad_();
+    Tensor b = p[7] ? fx.get(c + "_bias").requires_grad_() : Tensor();
+    Tensor out = conv2d(x, w, b, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[6]);
+    EXPECT_EQ(grad_fn_name(out), "ConvolutionBackward0");
+    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 1e-10, 1e-10, true));
+    (out * fx.get(c + "_w")).sum().backward();
+    EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-10, 1e-10, true));
+    EXPECT_TRUE(tensors_close(w.grad(), fx.get(c + "_gweight"), 1e-10, 1e-10, true));
+    if (p[7]) EXPECT_TRUE(tensors_close(b.grad(), fx.get(c + "_gbias"), 1e-10, 1e-10, true));
+  }
+}
+
+TEST(Conv2d, Float32MatchesFixtures) {
+  auto fx = Fixtures::load("conv2d.txt");
+  for (int i = 0; i <= 5; ++i) {
+    const std::string c = "conv" + std::to_string(i);
+    SCOPED_TRACE(c);
+    auto p = fx.ints(c + "_params");
+    Tensor x = fx.get(c + "_input").to(kFloat32), w = fx.get(c + "_weight").to(kFloat32);
+    Tensor b = p[7] ? fx.get(c + "_bias").to(kFloat32) : Tensor();
+    Tensor out = conv2d(x, w, b, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[6]);
+    EXPECT_EQ(out.dtype(), kFloat32);
+    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 1e-4, 1e-4));
+  }
+}
+
+TEST(Conv2d, OneByOneFastPathMatchesReference) {
+  manual_seed(81);
+  for (int64_t groups : {1, 2}) {
+    Tensor x = randn({2, 4, 5, 3}, dtype(kFloat64)).requires_grad_();
+    Tensor w = randn({6, 4 / groups, 1, 1}, dtype(kFloat64)).requires_grad_();
+    Tensor b = randn({6}, dtype(kFloat64)).requires_grad_();
+    Tensor out = conv2d(x, w, b, 1, 0, 1, groups);
+    EXPECT_TRUE(tensors_close(out, ref_conv(x.detach(), w.detach(), b.detach(), 1, 1, 0, 0, 1, 1, groups), 1e-12, 1e-12));
+    // gradients: compare against the generic path (stride-1 3x3 kernel whose only non-zero tap is the centre)
+    Tensor g = randn(out.sizes(), dtype(kFloat64));
+    (out * g).sum().backward();
+    Tensor x2 = x.detach().clone().requires_grad_();
+    Tensor w3 = zeros({6, 4 / groups, 3, 3}, dtype(kFloat64));
+    w3.slice(2, 1, 2).slice(3, 1, 2).copy_(w.detach());
+    w3.requires_grad_();
+    Tensor out3 = conv2d(x2, w3, b.detach(), 1, 1, 1, groups);
+    EXPECT_TRUE(tensors_close(out3, out.detach(), 1e-12, 1e-12));
+    (out3 * g).sum().backward();
+    EXPECT_TRUE(tensors_close(x.grad(), x2.grad(), 1e-12, 1e-12));
+    EXPECT_TRUE(tensors_close(w.grad(), w3.grad().slice(2, 1, 2).slice(3, 1, 2), 1e-12, 1e-12));
+  }
+}
+
+TEST(Conv2d, MoreConfigsAgainstReferenceLoop) {
+  manual_seed(82);
+  struct Cfg { int64_t sh, sw, ph, pw, dh, dw, groups, C, O, kh, kw; };
+  for (Cfg c : {Cfg{2, 3, 1, 2, 1, 2, 1, 3, 2, 3, 2}, Cfg{1, 1, 0, 0, 3, 1, 3, 6, 3, 2, 2},
+                Cfg{3, 1, 2, 0, 1, 1, 2, 4, 4, 5, 1}, Cfg{1, 2, 1, 1, 1, 1, 1, 2, 3, 1, 1}}) {
+    Tensor x = randn({2, c.C, 9, 8}, dtype(kFloat64));
+    Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, dtype(kFloat64));
+    Tensor b = randn({c.O}, dtype(kFloat64));
+    Tensor out = conv2d(x, w, b, {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, c.groups);
+    EXPECT_TRUE(tensors_close(out, ref_conv(x, w, b, c.sh, c.sw, c.ph, c.pw, c.dh, c.dw, c.groups), 1e-12, 1e-12));
+  }
+}
+
+TEST(Conv2d, GradcheckAndDoubleBackward) {
+  manual_seed(83);
+  Tensor x = randn({2, 4, 5, 4}, dtype(kFloat64)).requires_grad_();
+  Tensor w = randn({4, 2, 3, 2}, dtype(kFloat64)).requires_grad_();
+  Tensor b = randn({4}, dtype(kFloat64)).requires_grad_();
+  auto fn = [](const autograd::variable_list& in) {
+    return autograd::variable_list{conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2)};
+  };
+  EXPECT_TRUE(autograd::gradcheck(fn, {x, w, b}));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, {x, w, b}));
+  auto fn1 = [](const autograd::variable_list& in) {
+    return autograd::variable_list{conv2d(in[0], in[1], Tensor(), 1, 0, 1, 1)};
+  };
+  Tensor w1 = randn({3, 4, 1, 1}, dtype(kFloat64)).requires_grad_();
+  EXPECT_TRUE(autograd::gradgradcheck(fn1, {x, w1}));
+  // the node of a gradient computed with create_graph
+  Tensor out = conv2d(x, w, b, 1, 1, 1, 2);
+  auto g = autograd::grad({out.sum()}, {x}, {}, std::nullopt, true);
+  EXPECT_EQ(grad_fn_name(g[0]), "ConvolutionBackwardBackward0");
+}
+
+TEST(Conv2d, UnbatchedInput) {
+  manual_seed(84);
+  Tensor x = randn({3, 7, 6}, dtype(kFloat64)).requires_grad_();
+  Tensor w = randn({4, 3, 3, 3}, dtype(kFloat64));
+  Tensor out = conv2d(x, w, Tensor(), 1, 1);
+  EXPECT_EQ(out.sizes().vec(), (std::vector<int64_t>{4, 7, 6}));
+  EXPECT_TRUE(tensors_close(out, conv2d(x.detach().unsqueeze(0), w, Tensor(), 1, 1)[0], 1e-12, 1e-12));
+  out.sum().backward();
+  EXPECT_EQ(x.grad().sizes().vec(), (std::vector<int64_t>{3, 7, 6}));
+}
+
+TEST(Conv2d, DtypesAndEmptyBatch) {
+  manual_seed(85);
+  Tensor x = randn({1, 2, 6, 5}), w = randn({3, 2, 3, 3}), b = randn({3});
+  Tensor ref = conv2d(x, w, b, 1, 1);
+  for (ScalarType dt : {kFloat16, kBFloat16}) {
+    Tensor o = conv2d(x.to(dt), w.to(dt), b.to(dt), 1, 1);
+    EXPECT_EQ(o.dtype(), dt);
+    EXPECT_TRUE(tensors_close(o, ref, dt == kFloat16 ? 2e-2 : 1e-1, dt == kFloat16 ? 2e-2 : 1e-1));
+  }
+  Tensor xi = arange(2 * 4 * 4, dtype(kInt64)).view({1, 2, 4, 4});
+  Tensor wi = ones({1, 2, 2, 2}, dtype(kInt64));
+  Tensor oi = conv2d(xi, wi);
+  EXPECT_EQ(oi.dtype(), kInt64);
+  EXPECT_TRUE(tensors_close(oi, ref_conv(xi, wi, Tensor(), 1, 1, 0, 0, 1, 1, 1), 0, 0));
+  Tensor e = conv2d(randn({0, 2, 6, 5}), w);
+  EXPECT_EQ(e.sizes().vec(), (std::vector<int64_t>{0, 3, 4, 3}));
+  // non-contiguous input
+  Tensor xt = x.transpose(2, 3).contiguous().transpose(2, 3);
+  EXPECT_TRUE(tensors_close(conv2d(xt, w, b, 1, 1), ref, 1e-6, 1e-6));
+}
+
+TEST(Conv2d, Errors) {
+  Tensor w = randn({4, 3, 3, 3});
+  expect_error([&] { conv2d(randn({3, 4}), w); },
+               "[conv2d] expected input to have 4 dimensions (N, C, H, W), got input of shape (3, 4)");
+  expect_error([&] { conv2d(randn({2, 5, 7, 6}), w); },
+               "Given groups=1, weight of size [4, 3, 3, 3], expected input[2, 5, 7, 6] to have 3 channels, but got 5 "
+               "channels instead");
+  expect_error([&] { conv2d(randn({2, 3, 2, 2}), w); },
+               "[conv2d] Calculated padded input size per channel: (2 x 2). Kernel size: (3 x 3). Kernel size can't be "
+               "greater than actual input size");
+  expect_error([&] { conv2d(randn({2, 6, 7, 6}), randn({3, 3, 3, 3}), Tensor(), 1, 0, 1, 2); },
+               "Given groups=2, expected weight to be divisible by 2 at dimension 0");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, randn({5})); },
+               "Given weight of size [4, 3, 3, 3], expected bias to be 1-dimensional with 4 elements, but got bias of "
+               "size [5] instead");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, Tensor(), 0); }, "[conv2d] non-positive stride is not supported");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, Tensor(), 1, -1); }, "[conv2d] negative padding is not supported");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, Tensor(), 1, 0, 0); },
+               "[conv2d] non-positive dilation is not supported");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, Tensor(), 1, 0, 1, 0); },
+               "[conv2d] non-positive groups is not supported");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), w, Tensor(), {1, 2, 3}); },
+               "expected stride to be a single integer value or a list of 2 values");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}, dtype(kFloat64)), w); },
+               "Input type (float64) and weight type (float32) should be the same");
+  expect_error([&] { conv2d(randn({2, 3, 7, 6}), randn({4, 3, 3})); }, "[conv2d] expected weight to have 4 dimensions");
+}
+
+// ---------------------------------------------------------------- pooling vs PyTorch
+
+TEST(Pool2d, MaxPoolFixtures) {
+  auto fx = Fixtures::load("conv2d.txt");
+  for (int i = 0; i <= 3; ++i) {
+    const std::string c = "maxpool" + std::to_string(i);
+    SCOPED_TRACE(c);
+    auto p = fx.ints(c + "_params");  // kh, kw, sh, sw, ph, pw, ceil_mode
+    Tensor x = fx.get(c + "_input").requires_grad_();
+    auto [out, idx] = max_pool2d_with_indices(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, 1, p[6] != 0);
+    EXPECT_EQ(grad_fn_name(out), "MaxPool2DWithIndicesBackward0");
+    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 0, 0, true));
+    EXPECT_TRUE(tensors_close(idx, fx.get(c + "_indices"), 0, 0, true));
+    (out * fx.get(c + "_w")).sum().backward();
+    EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-12, 1e-12, true));
+    EXPECT_TRUE(equal(max_pool2d(x.detach(), {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, 1, p[6] != 0), out.detach()));
+  }
+}
+
+TEST(Pool2d, AvgPoolFixtures) {
+  auto fx = Fixtures::load("conv2d.txt");
+  for (int i = 0; i <= 5; ++i) {
+    const std::string c = "avgpool" + std::to_string(i);
+    SCOPED_TRACE(c);
+    auto p = fx.ints(c + "_params");  // kh, kw, sh, sw, ph, pw, ceil_mode, count_include_pad
+    Tensor x = fx.get(c + "_input").requires_grad_();
+    Tensor out = avg_pool2d(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[6] != 0, p[7] != 0);
+    EXPECT_EQ(grad_fn_name(out), "AvgPool2DBackward0");
+    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 1e-12, 1e-12, true));
+    (out * fx.get(c + "_w")).sum().backward();
+    EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-12, 1e-12, true));
+  }
+}
+
+TEST(Pool2d, CeilModeRuleDivisorOverrideAndInts) {
+  // the last window must start inside the input or the left padding: 5 with k2 s2 p1 ceil -> 3, not 4
+  Tensor x = arange(25, dtype(kFloat32)).view({1, 1, 5, 5});
+  Tensor m = max_pool2d(x, 2, 2, 1, 1, true);
+  EXPECT_EQ(m.sizes().vec(), (std::vector<int64_t>{1, 1, 3, 3}));
+  Tensor a = avg_pool2d(x, 2, 2, 1, true);
+  EXPECT_TRUE(tensors_close(a.flatten(), tensor({0.0, 0.75, 1.75, 3.75, 9.0, 11.0, 8.75, 19.0, 21.0}), 0, 1e-6));
+  Tensor d = avg_pool2d(x, 3, 2, 1, true, false, 2);
+  EXPECT_TRUE(tensors_close(d.flatten(), tensor({6.0, 13.5, 12.0, 31.5, 54.0, 40.5, 36.0, 58.5, 42.0}), 0, 1e-5));
+  // int64 average pooling divides with truncation as PyTorch
+  Tensor xi = arange(16, dtype(kInt64)).view({1, 1, 4, 4});
+  Tensor ai = avg_pool2d(xi, 2, 2, 1);
+  EXPECT_EQ(ai.dtype(), kInt64);
+  EXPECT_EQ(ai.to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 3, 7, 4, 3, 6, 3}));
+}
+
+TEST(Pool2d, MaxPoolNaNUnbatchedDilationAndHalf) {
+  const double nan = std::nan("");
+  auto [o1, i1] = max_pool2d_with_indices(tensor({1.0, nan, 3.0, 2.0}).view({1, 1, 2, 2}), 2);
+  EXPECT_TRUE(std::isnan(o1.item<double>()));
+  EXPECT_EQ(i1.item<int64_t>(), 1);
+  auto [o2, i2] = max_pool2d_with_indices(tensor({nan, 5.0, 3.0, nan}).view({1, 1, 2, 2}), 2);
+  EXPECT_EQ(i2.item<int64_t>(), 3);
+  // unbatched (C, H, W)
+  manual_seed(91);
+  Tensor x = randn({2, 6, 7}, dtype(kFloat64));
+  Tensor u = max_pool2d(x, 3, 2, 1, 2);
+  EXPECT_TRUE(equal(u, max_pool2d(x.unsqueeze(0), 3, 2, 1, 2)[0]));
+  EXPECT_TRUE(equal(avg_pool2d(x, 2), avg_pool2d(x.unsqueeze(0), 2)[0]));
+  // dilation 2, kernel 2: max over x[0,0], x[0,2], x[2,0], x[2,2]
+  Tensor y = arange(16, dtype(kFloat64)).view({1, 1, 4, 4});
+  EXPECT_EQ(max_pool2d(y, 2, 1, 0, 2).to_vector<double>(), (std::vector<double>{10, 11, 14, 15}));
+  // half computes in float
+  Tensor h = randn({1, 2, 6, 6}).to(kFloat16);
+  EXPECT_TRUE(equal(max_pool2d(h, 2), max_pool2d(h.to(kFloat32), 2).to(kFloat16)));
+  EXPECT_TRUE(equal(avg_pool2d(h, 2), avg_pool2d(h.to(kFloat32), 2).to(kFloat16)));
+}
+
+TEST(Pool2d, GradcheckAndDoubleBackward) {
+  manual_seed(92);
+  Tensor x = randn({1, 2, 6, 5}, dtype(kFloat64)).requires_grad_();
+  auto mp = [](const autograd::variable_list& in) {
+    return autograd::variable_list{max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, 1, true)};
+  };
+  auto ap = [](const autograd::variable_list& in) {
+    return autograd::variable_list{avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 0}, true, false)};
+  };
+  EXPECT_TRUE(autograd::gradcheck(mp, {x}));
+  EXPECT_TRUE(autograd::gradgradcheck(mp, {x}));
+  EXPECT_TRUE(autograd::gradcheck(ap, {x}));
+  EXPECT_TRUE(autograd::gradgradcheck(ap, {x}));
+}
+
+TEST(Pool2d, Errors) {
+  Tensor x = randn({1, 2, 7, 6});
+  expect_error([&] { max_pool2d(x, 2, {}, 2); }, "[max_pool2d] pad should be at most half of kernel size, but got pad=2 and kernel_size=2");
+  expect_error([&] { avg_pool2d(x, 2, {}, 2); }, "[avg_pool2d] pad should be at most half of kernel size, but got pad=2 and kernel_size=2");
+  expect_error([&] { max_pool2d(randn({1, 2, 2, 2}), 3); },
+               "[max_pool2d] Given input size: (2x2x2). Calculated output size: (2x0x0). Output size is too small");
+  expect_error([&] { max_pool2d(x, 0); }, "[max_pool2d] kernel size should be greater than zero");
+  expect_error([&] { max_pool2d(x, 2, 0); }, "[max_pool2d] stride should be greater than zero");
+  expect_error([&] { max_pool2d(x, 2, {}, 0, 0); }, "[max_pool2d] dilation should be greater than zero");
+  expect_error([&] { max_pool2d(x, 2, {}, -1); }, "[max_pool2d] pad must be non-negative, but got pad: -1");
+  expect_error([&] { max_pool2d(randn({7, 6}), 2); }, "[max_pool2d] non-empty 3D or 4D (batch mode) tensor expected");
+  expect_error([&] { max_pool2d(x, {2, 2, 2}); }, "[max_pool2d] kernel_size must either be a single int, or a tuple of two ints");
+  expect_error([&] { avg_pool2d(x, 2, {}, 0, false, true, 0); }, "[avg_pool2d] divisor must be not zero");
+}
+
+// ---------------------------------------------------------------- dropout
+
+TEST(Dropout, ModesMaskScaleAndGradient) {
+  manual_seed(101);
+  Tensor x = ones({100, 100}).requires_grad_();
+  EXPECT_TRUE(dropout(x, 0.0).is_same(x));
+  EXPECT_TRUE(dropout(x, 0.5, false).is_same(x));
+  Tensor z = dropout(x, 1.0);
+  EXPECT_TRUE(equal(z.detach(), zeros({100, 100})));
+  Tensor y = dropout(x, 0.25);
+  EXPECT_EQ(grad_fn_name(y), "MulBackward0");
+  auto v = y.detach().to_vector<float>();
+  int64_t kept = 0;
+  for (float f : v) {
+    ASSERT_TRUE(f == 0.0f || std::fabs(f - 1.0f / 0.75f) < 1e-6f) << f;
+    kept += f != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / 10000.0, 0.75, 0.03);
+  y.sum().backward();
+  EXPECT_TRUE(equal(x.grad(), y.detach()));  // d/dx (x * mask) = mask, and x is ones
+  expect_error([&] { dropout(x, 1.5); }, "dropout probability has to be between 0 and 1, but got 1.5");
+  expect_error([&] { dropout(x, -0.1, false); }, "dropout probability has to be between 0 and 1, but got -0.1");
+}

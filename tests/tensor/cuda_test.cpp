@@ -1,0 +1,628 @@
+// The CUDA backend: copies (round trips, dtype conversion, strided), fill, elementwise ops with
+// broadcasting, reductions, matmul (cuBLAS) and autograd through CUDA tensors, each compared with the
+// CPU backend. Every test that needs a device skips without one; CudaNoDevice checks the error a
+// CPU-only build or a host without a GPU gives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/fixtures.h"
+#include "tensor/autograd.h"
+#include "tensor/backend.h"
+#include "tensor/ops.h"
+#ifdef TROUPE_WITH_CUDA
+#include "tensor/cuda/cuda_backend.h"
+#endif
+
+using namespace troupe;
+using troupe::testing::tensors_close;
+
+#define TROUPE_REQUIRE_CUDA() \
+  if (!troupe::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+namespace {
+
+const std::vector<ScalarType> kAllDtypes = {kBool, kUInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+const std::vector<ScalarType> kFloatDtypes = {kFloat16, kBFloat16, kFloat32, kFloat64};
+
+template <typename F>
+void expect_error(F&& f, const std::string& sub) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing: " << sub;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(sub), std::string::npos) << "message: " << e.what() << "\nwanted: " << sub;
+  }
+}
+
+/// Deterministic CPU values of dtype `dt`: normal floats, small integers (non-negative for uint8), 0/1 for bool.
+Tensor sample(ScalarType dt, std::vector<int64_t> sizes, uint64_t seed) {
+  manual_seed(seed);
+  switch (dt) {
+    case kBool: return randint(0, 2, sizes).to(kBool);
+    case kUInt8: return randint(0, 256, sizes).to(kUInt8);
+    case kInt32: return randint(-1000, 1000, sizes).to(kInt32);
+    case kInt64: return randint(-100000, 100000, sizes);
+    default: return randn(sizes).mul(3.0).to(dt);
+  }
+}
+
+/// Values in [0, 100) (with fractions), safe to convert to every dtype including uint8.
+Tensor nonnegative(ScalarType dt, std::vector<int64_t> sizes, uint64_t seed) {
+  manual_seed(seed);
+  return rand(sizes, TensorOptions().dtype(kFloat64)).mul(100.0).to(dt);
+}
+
+/// Byte equality of two CPU tensors (compared contiguous).
+::testing::AssertionResult same_bytes(const Tensor& a, const Tensor& b) {
+  if (!a.is_cpu() || !b.is_cpu()) return ::testing::AssertionFailure() << "not CPU tensors";
+  if (a.dtype() != b.dtype()) return ::testing::AssertionFailure() << "dtypes differ";
+  if (!a.sizes().equals(b.sizes()))
+    return ::testing::AssertionFailure() << "shapes differ: " << shape_str(a.sizes()) << " vs " << shape_str(b.sizes());
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  if (ca.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "bytes differ";
+  return ::testing::AssertionSuccess();
+}
+
+/// Tolerances for comparing a CUDA result with the CPU's.
+double rtol_for(ScalarType dt) {
+  switch (dt) {
+    case kFloat16: return 2e-3;
+    case kBFloat16: return 1.6e-2;
+    case kFloat32: return 1e-5;
+    case kFloat64: return 1e-12;
+    default: return 0;
+  }
+}
+double atol_for(ScalarType dt) {
+  switch (dt) {
+    case kFloat16: return 1e-3;
+    case kBFloat16: return 1e-2;
+    case kFloat32: return 1e-5;
+    case kFloat64: return 1e-12;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- without a device
+
+TEST(CudaNoDevice, CudaTensorThrowsClearMessage) {
+  if (cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(cuda::device_count(), 0);
+  Tensor x = ones({2, 3});
+  expect_error([&] { (void)x.cuda(); }, "CUDA");
+  expect_error([&] { (void)empty({4}, TensorOptions().device(Device(kCUDA))); }, "CUDA");
+  expect_error([&] { (void)zeros({2}, TensorOptions().device(Device("cuda:0"))); }, "CUDA");
+  // the failure leaves the CPU side usable
+  EXPECT_TRUE(tensors_close(x + x, full({2, 3}, 2.0), 0, 0));
+}
+
+// ---------------------------------------------------------------- device and memory
+
+TEST(CudaDevice, AvailableMeansDevicesAndBackend) {
+  TROUPE_REQUIRE_CUDA();
+  EXPECT_GT(cuda::device_count(), 0);
+  EXPECT_TRUE(has_backend(kCUDA));
+  EXPECT_EQ(backend(kCUDA).name(), "cuda");
+  Tensor y = ones({3}).cuda();
+  EXPECT_TRUE(y.is_cuda());
+  EXPECT_EQ(y.device().index, 0);
+  expect_error([&] { (void)ones({3}).cuda(cuda::device_count()); }, "out of range");
+}
+
+TEST(CudaDevice, CachingAllocatorReusesBlocks) {
+  TROUPE_REQUIRE_CUDA();
+#ifdef TROUPE_WITH_CUDA
+  cuda::empty_cache();  // so that the next block of this size is the one freed below
+  void* p = nullptr;
+  {
+    Tensor a = empty({1000, 1000}, TensorOptions().device(Device(kCUDA, 0)));
+    p = a.data_ptr();
+  }
+  EXPECT_GE(cuda::cached_bytes(), size_t(4000000));
+  Tensor b = empty({1000, 1000}, TensorOptions().device(Device(kCUDA, 0)));
+  EXPECT_EQ(b.data_ptr(), p);  // the freed block came back
+  b = Tensor();
+  cuda::empty_cache();
+  EXPECT_EQ(cuda::cached_bytes(), size_t(0));
+  cuda::synchronize();
+#endif
+}
+
+// ---------------------------------------------------------------- copies
+
+TEST(CudaCopy, RoundTripIsExactForEveryDtype) {
+  TROUPE_REQUIRE_CUDA();
+  for (ScalarType dt : kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = sample(dt, {3, 5, 7}, 1);
+    Tensor y = x.cuda();
+    EXPECT_TRUE(y.is_cuda());
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_TRUE(same_bytes(y.cpu(), x));
+    // non-contiguous source, 0-dim and empty tensors
+    EXPECT_TRUE(same_bytes(x.transpose(0, 2).cuda().cpu(), x.transpose(0, 2).contiguous()));
+    Tensor s = x.flatten().select(0, 4);
+    EXPECT_TRUE(same_bytes(s.cuda().cpu(), s.contiguous()));
+    Tensor e = empty({0, 3}, TensorOptions().dtype(dt));
+    EXPECT_EQ(e.cuda().cpu().numel(), 0);
+  }
+  // special values keep their bits (the copy is a byte copy)
+  Tensor sp = tensor({0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, 65504.0f, 1e-7f, -3.5f});
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = sp.to(dt);
+    EXPECT_TRUE(same_bytes(x.cuda().cpu(), x));
+  }
+}
+
+TEST(CudaCopy, DtypeConversionOnDeviceMatchesCpu) {
+  TROUPE_REQUIRE_CUDA();
+  for (ScalarType src : kAllDtypes)
+    for (ScalarType dst : kAllDtypes) {
+      SCOPED_TRACE(std::string(dtype_name(src)) + " -> " + dtype_name(dst));
+      Tensor x = nonnegative(src, {4, 33}, 2);
+      Tensor expected = x.to(dst);
+      Tensor actual = x.cuda().to(dst);
+      EXPECT_TRUE(actual.is_cuda());
+      EXPECT_TRUE(tensors_close(actual.cpu(), expected, 0, 0, true));
+      // strided source with conversion
+      EXPECT_TRUE(tensors_close(x.cuda().t().to(dst).cpu(), expected.t(), 0, 0, true));
+    }
+  // negative floats to signed integers truncate toward zero
+  Tensor f = tensor({-2.7, -0.5, 0.5, 2.7, -1e3});
+  EXPECT_TRUE(tensors_close(f.cuda().to(kInt64).cpu(), tensor({-2, 0, 0, 2, -1000}).to(kInt64), 0, 0, true));
+}
+
+TEST(CudaCopy, StridedCopiesAndInPlaceCopy) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor x = sample(kFloat32, {4, 5, 6}, 3);
+  Tensor g = x.cuda();
+  EXPECT_TRUE(same_bytes(g.permute({2, 0, 1}).contiguous().cpu(), x.permute({2, 0, 1}).contiguous()));
+  EXPECT_TRUE(same_bytes(slice(g, 1, 0, 5, 2).contiguous().cpu(), slice(x, 1, 0, 5, 2).contiguous()));
+  EXPECT_TRUE(same_bytes(g.select(2, 3).expand({3, 4, 5}).contiguous().cpu(),
+                         x.select(2, 3).expand({3, 4, 5}).contiguous()));
+  // copy_ into a strided destination, from the device and from the host
+  Tensor d = zeros({6, 4}, TensorOptions().device(Device(kCUDA, 0)));
+  Tensor src = sample(kFloat32, {4, 6}, 4);
+  d.t().copy_(src.cuda());
+  EXPECT_TRUE(same_bytes(d.cpu(), src.t().contiguous()));
+  Tensor d2 = zeros({6, 4}, TensorOptions().device(Device(kCUDA, 0)));
+  d2.t().copy_(src);  // host source
+  EXPECT_TRUE(same_bytes(d2.cpu(), src.t().contiguous()));
+  // clone keeps the device
+  Tensor c = g.clone();
+  EXPECT_TRUE(c.is_cuda());
+  EXPECT_TRUE(same_bytes(c.cpu(), x));
+}
+
+TEST(CudaCopy, TooManyUnmergeableDimsThrowClearly) {
+  TROUPE_REQUIRE_CUDA();
+  std::vector<int64_t> sizes(9, 2), perm;
+  for (int64_t d = 8; d >= 0; --d) perm.push_back(d);
+  Tensor g = ones(sizes).cuda().permute(perm);  // reversed: no two dims merge
+  expect_error([&] { (void)g.contiguous(); }, "at most 8 dimensions");
+  // 9 dims that merge are fine
+  EXPECT_TRUE(tensors_close(ones(sizes).cuda().contiguous().cpu(), ones(sizes), 0, 0));
+}
+
+TEST(CudaCopy, FactoriesAndFill) {
+  TROUPE_REQUIRE_CUDA();
+  const TensorOptions on = TensorOptions().device(Device(kCUDA, 0));
+  for (ScalarType dt : kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_TRUE(same_bytes(zeros({3, 4}, on.dtype(dt)).cpu(), zeros({3, 4}, TensorOptions().dtype(dt))));
+    EXPECT_TRUE(same_bytes(ones({3, 4}, on.dtype(dt)).cpu(), ones({3, 4}, TensorOptions().dtype(dt))));
+    Scalar v = dt == kBool ? Scalar(true) : is_floating_point(dt) ? Scalar(-2.25) : Scalar(int64_t(7));
+    EXPECT_TRUE(same_bytes(full({5}, v, on.dtype(dt)).cpu(), full({5}, v, TensorOptions().dtype(dt))));
+  }
+  // fill_ through a strided view
+  Tensor g = zeros({4, 6}, on);
+  g.t().select(0, 2).fill_(5.0);
+  Tensor h = zeros({4, 6});
+  h.t().select(0, 2).fill_(5.0);
+  EXPECT_TRUE(same_bytes(g.cpu(), h));
+}
+
+// ---------------------------------------------------------------- elementwise
+
+TEST(CudaElementwise, UnaryOpsMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  using Fn = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> any_sign = {
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"sin", [](const Tensor& x) { return sin(x); }},
+      {"cos", [](const Tensor& x) { return cos(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }},
+      {"square", [](const Tensor& x) { return square(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 3.0); }},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }},
+      {"elu", [](const Tensor& x) { return elu(x, 0.7); }},
+      {"pow3", [](const Tensor& x) { return pow(x, 3); }},
+      {"rpow", [](const Tensor& x) { return pow(Scalar(1.5), x); }},
+      {"clamp", [](const Tensor& x) { return clamp(x, Scalar(-1.0), Scalar(0.5)); }},
+  };
+  const std::vector<std::pair<std::string, Fn>> positive = {
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"log1p", [](const Tensor& x) { return log1p(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
+      {"pow2.5", [](const Tensor& x) { return pow(x, 2.5); }},
+  };
+  for (ScalarType dt : kFloatDtypes) {
+    Tensor x = sample(dt, {7, 9}, 5).t();  // strided input
+    Tensor p = abs(sample(dt, {7, 9}, 6)).add(0.1);
+    for (const auto& [name, f] : any_sign) {
+      SCOPED_TRACE(name + " " + dtype_name(dt));
+      EXPECT_TRUE(tensors_close(f(x.cuda()).cpu(), f(x), rtol_for(dt), atol_for(dt), true));
+    }
+    for (const auto& [name, f] : positive) {
+      SCOPED_TRACE(name + " " + dtype_name(dt));
+      EXPECT_TRUE(tensors_close(f(p.cuda()).cpu(), f(p), rtol_for(dt), atol_for(dt), true));
+    }
+  }
+  // integer unary ops
+  for (ScalarType dt : {kInt32, kInt64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = sample(dt, {50}, 7);
+    EXPECT_TRUE(tensors_close(neg(x.cuda()).cpu(), neg(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(abs(x.cuda()).cpu(), abs(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(sign(x.cuda()).cpu(), sign(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(square(x.cuda()).cpu(), square(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(pow(x.cuda(), 2).cpu(), pow(x, 2), 0, 0, true));
+  }
+  // predicates
+  Tensor sp = tensor({0.0f, -1.0f, INFINITY, -INFINITY, NAN, 2.0f});
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = sp.to(dt);
+    EXPECT_TRUE(same_bytes(isnan(x.cuda()).cpu(), isnan(x)));
+    EXPECT_TRUE(same_bytes(isinf(x.cuda()).cpu(), isinf(x)));
+    EXPECT_TRUE(same_bytes(isfinite(x.cuda()).cpu(), isfinite(x)));
+    EXPECT_TRUE(same_bytes(logical_not(x.cuda()).cpu(), logical_not(x)));
+  }
+}
+
+TEST(CudaElementwise, BinaryOpsWithBroadcastingMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  using Fn = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Fn>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"add_alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }},
+      {"logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); }},
+      {"logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); }},
+  };
+  for (ScalarType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32}) {
+    // (3, 1, 4) with (5, 1): broadcast to (3, 5, 4); small integers give some equal pairs for the comparisons
+    manual_seed(8);
+    Tensor a = randint(-4, 5, {3, 1, 4}).to(dt);
+    Tensor b = randint(-4, 5, {5, 1}).to(dt);
+    for (const auto& [name, f] : ops) {
+      SCOPED_TRACE(name + " " + dtype_name(dt));
+      EXPECT_TRUE(tensors_close(f(a.cuda(), b.cuda()).cpu(), f(a, b), rtol_for(dt), atol_for(dt), true));
+      EXPECT_TRUE(tensors_close(f(b.cuda(), a.cuda()).cpu(), f(b, a), rtol_for(dt), atol_for(dt), true));
+    }
+    SCOPED_TRACE(dtype_name(dt));
+    // division (true division for integers) and powers of positive bases
+    Tensor bn = add(abs(b), 1);
+    EXPECT_TRUE(tensors_close(div(a.cuda(), bn.cuda()).cpu(), div(a, bn), rtol_for(dt), atol_for(dt), true));
+    if (is_floating_point(dt)) {
+      Tensor pa = add(abs(a), 0.5);
+      Tensor pb = div(b, 4);
+      EXPECT_TRUE(tensors_close(pow(pa.cuda(), pb.cuda()).cpu(), pow(pa, pb), rtol_for(dt), atol_for(dt), true));
+    }
+    // scalars
+    EXPECT_TRUE(tensors_close(mul(a.cuda(), 3).cpu(), mul(a, 3), rtol_for(dt), atol_for(dt), true));
+    EXPECT_TRUE(tensors_close(add(a.cuda(), 2.5).cpu(), add(a, 2.5), rtol_for(dt), atol_for(dt), true));
+    EXPECT_TRUE(tensors_close(rsub(a.cuda(), 1).cpu(), rsub(a, 1), rtol_for(dt), atol_for(dt), true));
+  }
+  // type promotion across dtypes happens on the device
+  Tensor i = sample(kInt64, {4, 3}, 10), f = sample(kFloat32, {3}, 11);
+  EXPECT_TRUE(tensors_close(add(i.cuda(), f.cuda()).cpu(), add(i, f), 1e-6, 1e-6, true));
+  // NaN propagates through maximum/minimum
+  Tensor n1 = tensor({1.0f, NAN, 3.0f}), n2 = tensor({NAN, 2.0f, 1.0f});
+  EXPECT_TRUE(tensors_close(maximum(n1.cuda(), n2.cuda()).cpu(), maximum(n1, n2), 0, 0, true));
+  // integer powers: exact, and negative exponents rejected as on the CPU
+  Tensor base = tensor({2, -3, 5}).to(kInt64), ex = tensor({10, 3, 0}).to(kInt64);
+  EXPECT_TRUE(tensors_close(pow(base.cuda(), ex.cuda()).cpu(), pow(base, ex), 0, 0, true));
+  expect_error([&] { (void)pow(base.cuda(), tensor({1, -1, 2}).to(kInt64).cuda()); }, "negative integer powers");
+  // operands on different devices
+  expect_error([&] { (void)add(ones({3}).cuda(), ones({3})); }, "device");
+}
+
+TEST(CudaElementwise, WhereAndMaskedFill) {
+  TROUPE_REQUIRE_CUDA();
+  for (ScalarType dt : {kFloat32, kFloat16, kInt64, kBool, kUInt8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor c = sample(kBool, {4, 1, 6}, 12);
+    Tensor a = sample(dt, {5, 1}, 13), b = sample(dt, {6}, 14);
+    EXPECT_TRUE(same_bytes(where(c.cuda(), a.cuda(), b.cuda()).cpu(), where(c, a, b)));
+    Tensor x = sample(dt, {4, 5, 6}, 15);
+    Scalar v = dt == kBool ? Scalar(true) : Scalar(int64_t(3));
+    EXPECT_TRUE(same_bytes(masked_fill(x.cuda(), c.cuda(), v).cpu(), masked_fill(x, c, v)));
+  }
+}
+
+// ---------------------------------------------------------------- reductions
+
+TEST(CudaReduce, ReductionsMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double rt = dt == kFloat32 ? 1e-4 : rtol_for(dt) * 4, at = dt == kFloat32 ? 1e-4 : atol_for(dt) * 10;
+    Tensor x = sample(dt, {7, 300, 5}, 16);
+    Tensor g = x.cuda();
+    EXPECT_TRUE(tensors_close(sum(g).cpu(), sum(x), rt, at * 10, true));
+    EXPECT_TRUE(tensors_close(sum(g, {1}).cpu(), sum(x, {1}), rt, at, true));
+    EXPECT_TRUE(tensors_close(sum(g, {0, 2}, true).cpu(), sum(x, {0, 2}, true), rt, at, true));
+    EXPECT_TRUE(tensors_close(sum(g, {2}).cpu(), sum(x, {2}), rt, at, true));
+    EXPECT_TRUE(tensors_close(mean(g, {1}).cpu(), mean(x, {1}), rt, at, true));
+    EXPECT_TRUE(tensors_close(amax(g, {1}).cpu(), amax(x, {1}), 0, 0, true));
+    EXPECT_TRUE(tensors_close(amin(g, {0}).cpu(), amin(x, {0}), 0, 0, true));
+    EXPECT_TRUE(tensors_close(max(g).cpu(), max(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(min(g).cpu(), min(x), 0, 0, true));
+    for (int64_t d : {0, 1, 2}) {
+      SCOPED_TRACE("dim " + std::to_string(d));
+      auto [gv, gi] = max(g, d);
+      auto [cv, ci] = max(x, d);
+      EXPECT_TRUE(tensors_close(gv.cpu(), cv, 0, 0, true));
+      EXPECT_TRUE(same_bytes(gi.cpu(), ci));
+      auto [gv2, gi2] = min(g, d, true);
+      auto [cv2, ci2] = min(x, d, true);
+      EXPECT_TRUE(tensors_close(gv2.cpu(), cv2, 0, 0, true));
+      EXPECT_TRUE(same_bytes(gi2.cpu(), ci2));
+      EXPECT_TRUE(same_bytes(argmax(g, d).cpu(), argmax(x, d)));
+      EXPECT_TRUE(same_bytes(argmin(g, d).cpu(), argmin(x, d)));
+    }
+    Tensor p = add(div(sample(dt, {6, 20}, 17), 30), 1);  // near 1: products stay finite
+    EXPECT_TRUE(tensors_close(prod(p.cuda(), 1).cpu(), prod(p, 1), rt * 4, at, true));
+    EXPECT_TRUE(tensors_close(cumsum(g, 1).cpu(), cumsum(x, 1), rt, at * 10, true));
+  }
+  // a long contiguous row (the block-per-row kernel), with ties and a NaN: first extremum wins
+  Tensor row = zeros({3, 5000});
+  row.select(0, 1).fill_(1.0);
+  row.select(0, 2).narrow(0, 4000, 1).fill_(NAN);
+  row.select(0, 2).narrow(0, 4500, 1).fill_(NAN);
+  Tensor gr = row.cuda();
+  EXPECT_TRUE(same_bytes(argmax(gr, 1).cpu(), argmax(row, 1)));
+  EXPECT_TRUE(same_bytes(argmin(gr, 1).cpu(), argmin(row, 1)));
+  EXPECT_TRUE(tensors_close(sum(gr, {1}).cpu(), sum(row, {1}), 0, 0, true));
+  Tensor big = sample(kFloat32, {2, 100000}, 18);
+  EXPECT_TRUE(tensors_close(sum(big.cuda(), {1}).cpu(), sum(big, {1}), 1e-4, 1e-2, true));
+  EXPECT_TRUE(tensors_close(softmax(big.cuda(), 1).cpu(), softmax(big, 1), 1e-4, 1e-7, true));
+  EXPECT_TRUE(tensors_close(logsumexp(big.cuda(), {1}).cpu(), logsumexp(big, {1}), 1e-5, 1e-5, true));
+  // integers and bools: exact
+  for (ScalarType dt : {kInt64, kInt32, kUInt8, kBool}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = sample(dt, {5, 40, 3}, 19);
+    EXPECT_TRUE(tensors_close(sum(x.cuda()).cpu(), sum(x), 0, 0, true));
+    EXPECT_TRUE(tensors_close(sum(x.cuda(), {1}).cpu(), sum(x, {1}), 0, 0, true));
+    if (dt != kBool) {
+      EXPECT_TRUE(tensors_close(amax(x.cuda(), {2}).cpu(), amax(x, {2}), 0, 0, true));
+      EXPECT_TRUE(same_bytes(argmin(x.cuda(), 1).cpu(), argmin(x, 1)));
+    }
+    EXPECT_TRUE(same_bytes(all(x.cuda(), 2).cpu(), all(x, 2)));
+    EXPECT_TRUE(same_bytes(any(x.cuda(), 0).cpu(), any(x, 0)));
+    EXPECT_TRUE(same_bytes(all(x.cuda()).cpu(), all(x)));
+    EXPECT_TRUE(tensors_close(cumsum(x.cuda(), 1).cpu(), cumsum(x, 1), 0, 0, true));
+  }
+  // empty reductions
+  Tensor e = zeros({3, 0});
+  EXPECT_TRUE(tensors_close(sum(e.cuda(), {1}).cpu(), sum(e, {1}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(prod(e.cuda(), 1).cpu(), prod(e, 1), 0, 0, true));
+  EXPECT_THROW((void)max(e.cuda(), 1), std::exception);
+}
+
+// ---------------------------------------------------------------- matmul
+
+TEST(CudaLinalg, MatmulMatchesCpu) {
+  TROUPE_REQUIRE_CUDA();
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double rt = dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-4 : 2e-2;
+    const double at = dt == kFloat64 ? 1e-10 : dt == kFloat32 ? 1e-4 : 1e-1;
+    Tensor a = sample(dt, {33, 17}, 20), b = sample(dt, {17, 29}, 21);
+    EXPECT_TRUE(tensors_close(mm(a.cuda(), b.cuda()).cpu(), mm(a, b), rt, at, true));
+    // transposed operands (column-major layouts) and a transposed output through bmm/matmul
+    Tensor at_ = sample(dt, {17, 33}, 22).t(), bt = sample(dt, {29, 17}, 23).t();
+    EXPECT_TRUE(tensors_close(mm(at_.cuda(), b.cuda()).cpu(), mm(at_, b), rt, at, true));
+    EXPECT_TRUE(tensors_close(mm(a.cuda(), bt.cuda()).cpu(), mm(a, bt), rt, at, true));
+    EXPECT_TRUE(tensors_close(mm(at_.cuda(), bt.cuda()).cpu(), mm(at_, bt), rt, at, true));
+    // strided operand without a BLAS layout (every other column)
+    Tensor wide = sample(dt, {33, 34}, 24);
+    Tensor sl = slice(wide, 1, 0, 34, 2);
+    EXPECT_TRUE(tensors_close(mm(sl.cuda(), b.cuda()).cpu(), mm(sl, b), rt, at, true));
+    // batched with a broadcast batch dim, mv, dot, addmm, linear
+    Tensor ba = sample(dt, {4, 5, 17}, 25);
+    EXPECT_TRUE(tensors_close(matmul(ba.cuda(), b.cuda()).cpu(), matmul(ba, b), rt, at, true));
+    Tensor bb = sample(dt, {4, 17, 6}, 26);
+    EXPECT_TRUE(tensors_close(bmm(ba.cuda(), bb.cuda()).cpu(), bmm(ba, bb), rt, at, true));
+    Tensor v = sample(dt, {17}, 27);
+    EXPECT_TRUE(tensors_close(mv(a.cuda(), v.cuda()).cpu(), mv(a, v), rt, at, true));
+    EXPECT_TRUE(tensors_close(dot(v.cuda(), v.cuda()).cpu(), dot(v, v), rt, at * 10, true));
+    Tensor bias = sample(dt, {29}, 28);
+    EXPECT_TRUE(tensors_close(addmm(bias.cuda(), a.cuda(), b.cuda(), 0.5, 2).cpu(), addmm(bias, a, b, 0.5, 2), rt,
+                              at * 2, true));
+    Tensor w = sample(dt, {29, 17}, 29);
+    EXPECT_TRUE(tensors_close(linear(a.cuda(), w.cuda(), bias.cuda()).cpu(), linear(a, w, bias), rt, at, true));
+  }
+  // empty inner dimension: zeros
+  Tensor z = mm(zeros({5, 0}).cuda(), zeros({0, 3}).cuda());
+  EXPECT_TRUE(tensors_close(z.cpu(), zeros({5, 3}), 0, 0, true));
+  // integer matmul is not offered by cuBLAS
+  expect_error([&] { (void)mm(ones({2, 2}, TensorOptions().dtype(kInt64)).cuda(),
+                              ones({2, 2}, TensorOptions().dtype(kInt64)).cuda()); },
+               "not implemented");
+}
+
+// ---------------------------------------------------------------- autograd
+
+TEST(CudaAutograd, BackwardThroughCudaTensors) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor xc = sample(kFloat32, {4, 3}, 30), wc = sample(kFloat32, {4, 3}, 31);
+  Tensor x = xc.cuda().requires_grad_(), w = wc.cuda();
+  ASSERT_TRUE(x.is_leaf());
+  (x * w).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(x.grad().is_cuda());
+  EXPECT_TRUE(tensors_close(x.grad().cpu(), wc, 0, 0, true));
+
+  // an MLP-like chain: gradients equal the CPU ones
+  Tensor W = sample(kFloat32, {3, 5}, 32), b = sample(kFloat32, {5}, 33);
+  auto run = [&](Device dev) {
+    Tensor xi = xc.to(dev).requires_grad_(), Wi = W.to(dev).requires_grad_(), bi = b.to(dev).requires_grad_();
+    Tensor y = sigmoid(addmm(bi, xi, Wi)).pow(2).mean();
+    y.backward();
+    return std::vector<Tensor>{y.detach().cpu(), xi.grad().cpu(), Wi.grad().cpu(), bi.grad().cpu(),
+                               Tensor(xi.grad().is_cuda() ? ones({}) : zeros({}))};
+  };
+  auto cpu = run(Device(kCPU));
+  auto gpu = run(Device(kCUDA, 0));
+  EXPECT_EQ(gpu[4].item<float>(), 1.0f);  // the gradient stayed on the device
+  for (size_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(tensors_close(gpu[i], cpu[i], 1e-5, 1e-6, true));
+  }
+
+  // the gradient flows back across .cuda() to a CPU leaf
+  Tensor h = xc.clone().requires_grad_();
+  Tensor d = h.cuda();
+  (d * d).sum().backward();
+  ASSERT_TRUE(h.grad().defined());
+  EXPECT_TRUE(h.grad().is_cpu());
+  EXPECT_TRUE(tensors_close(h.grad(), mul(xc, 2), 1e-6, 1e-6, true));
+}
+
+// ---------------------------------------------------------------- indexing
+
+TEST(CudaIndex, GatherIndexSelectScatterIndexAdd) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor x = sample(kFloat32, {5, 6}, 40);
+  manual_seed(41);
+  Tensor idx = randint(0, 6, {5, 4});
+  EXPECT_TRUE(same_bytes(gather(x.cuda(), 1, idx.cuda()).cpu(), gather(x, 1, idx)));
+  EXPECT_TRUE(same_bytes(gather(x.cuda().t(), 0, idx.cuda().t()).cpu(), gather(x.t(), 0, idx.t())));
+  Tensor sel = tensor({4, 0, 2, 2}).to(kInt64);
+  for (ScalarType dt : kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor y = sample(dt, {5, 6, 3}, 42);
+    EXPECT_TRUE(same_bytes(index_select(y.cuda(), 0, sel.cuda()).cpu(), index_select(y, 0, sel)));
+    EXPECT_TRUE(same_bytes(index_select(y.cuda(), 1, sel.cuda()).cpu(), index_select(y, 1, sel)));
+    EXPECT_TRUE(same_bytes(index_select(y.cuda().transpose(0, 2), 2, sel.cuda()).cpu(),
+                           index_select(y.transpose(0, 2), 2, sel)));
+  }
+  // scatter with distinct targets per row
+  Tensor uniq = arange(0, 3).mul(2).expand({5, 3}).contiguous();
+  Tensor src = sample(kFloat32, {5, 3}, 43);
+  EXPECT_TRUE(same_bytes(scatter(x.cuda(), 1, uniq.cuda(), src.cuda()).cpu(), scatter(x, 1, uniq, src)));
+  EXPECT_TRUE(same_bytes(scatter(x.cuda(), 1, uniq.cuda(), Scalar(7.5)).cpu(), scatter(x, 1, uniq, Scalar(7.5))));
+  // accumulation with repeated targets (atomics; 1- and 2-byte types through compare-and-swap)
+  Tensor rep = randint(0, 3, {5, 40});
+  for (ScalarType dt : kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor base = dt == kUInt8 ? zeros({5, 3}, TensorOptions().dtype(dt)) : sample(dt, {5, 3}, 44);
+    Tensor s = dt == kUInt8 ? ones({5, 40}, TensorOptions().dtype(dt)) : sample(dt, {5, 40}, 45);
+    const double rt = is_floating_point(dt) ? rtol_for(dt) * 8 : 0, at = is_floating_point(dt) ? atol_for(dt) * 40 : 0;
+    EXPECT_TRUE(tensors_close(scatter_add(base.cuda(), 1, rep.cuda(), s.cuda()).cpu(), scatter_add(base, 1, rep, s),
+                              rt, at, true));
+    Tensor rows = randint(0, 5, {12});
+    Tensor s2 = dt == kUInt8 ? ones({12, 3}, TensorOptions().dtype(dt)) : sample(dt, {12, 3}, 46);
+    Scalar alpha = is_floating_point(dt) ? Scalar(0.5) : Scalar(int64_t(1));
+    EXPECT_TRUE(tensors_close(index_add(base.cuda(), 0, rows.cuda(), s2.cuda(), alpha).cpu(),
+                              index_add(base, 0, rows, s2, alpha), rt, at, true));
+  }
+  // out-of-range indices are reported, not written
+  Tensor bad = tensor({0, 7}).to(kInt64);
+  expect_error([&] { (void)index_select(x.cuda(), 1, bad.cuda()); }, "out of bounds");
+  expect_error([&] { (void)gather(x.cuda(), 1, bad.view({1, 2}).cuda()); }, "out of bounds");
+}
+
+TEST(CudaIndex, EmbeddingLikeBackward) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor w = sample(kFloat32, {10, 4}, 47);
+  Tensor ids = tensor({3, 1, 3, 9, 0, 3}).to(kInt64);
+  Tensor wc = w.clone().requires_grad_(), wg = w.cuda().requires_grad_();
+  (index_select(wc, 0, ids) * 2).sum().backward();
+  (index_select(wg, 0, ids.cuda()) * 2).sum().backward();
+  ASSERT_TRUE(wg.grad().defined());
+  EXPECT_TRUE(wg.grad().is_cuda());
+  EXPECT_TRUE(tensors_close(wg.grad().cpu(), wc.grad(), 0, 0, true));
+}
+
+// ---------------------------------------------------------------- convolution
+
+TEST(CudaConv, Conv2dForwardAndBackwardMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor x = sample(kFloat32, {2, 3, 9, 8}, 50), w = sample(kFloat32, {4, 3, 3, 2}, 51), b = sample(kFloat32, {4}, 52);
+  auto run = [&](Device dev) {
+    Tensor xi = x.to(dev).requires_grad_(), wi = w.to(dev).requires_grad_(), bi = b.to(dev).requires_grad_();
+    Tensor y = conv2d(xi, wi, bi, {2, 1}, {1, 2}, {1, 2});
+    (y * y).sum().backward();
+    return std::vector<Tensor>{y.detach().cpu(), xi.grad().cpu(), wi.grad().cpu(), bi.grad().cpu()};
+  };
+  auto cpu = run(Device(kCPU));
+  auto gpu = run(Device(kCUDA, 0));
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(tensors_close(gpu[i], cpu[i], 1e-4, 1e-3, true));
+  }
+  // pooling on top (built from the same kernels)
+  EXPECT_TRUE(tensors_close(max_pool2d(x.cuda(), {2, 2}).cpu(), max_pool2d(x, {2, 2}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(avg_pool2d(x.cuda(), {3, 3}, {2, 2}, {1, 1}).cpu(), avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}),
+                            1e-6, 1e-6, true));
+}
+
+// ---------------------------------------------------------------- random
+
+TEST(CudaRandom, SameSeedSameNumbersAsCpu) {
+  TROUPE_REQUIRE_CUDA();
+  const TensorOptions on = TensorOptions().device(Device(kCUDA, 0));
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(7);
+    Tensor g = randn({3, 50}, on.dtype(dt));
+    manual_seed(7);
+    Tensor c = randn({3, 50}, TensorOptions().dtype(dt));
+    EXPECT_TRUE(g.is_cuda());
+    EXPECT_TRUE(same_bytes(g.cpu(), c));
+    manual_seed(8);
+    Tensor gu = rand({100}, on.dtype(dt));
+    manual_seed(8);
+    EXPECT_TRUE(same_bytes(gu.cpu(), rand({100}, TensorOptions().dtype(dt))));
+  }
+  // a strided destination is filled too
+  Tensor t = zeros({20, 30}, on).t();
+  uniform_(t, 2.0, 3.0);
+  Tensor h = t.cpu();
+  EXPECT_TRUE(all(ge(h, 2.0)).item<bool>());
+  EXPECT_TRUE(all(lt(h, 3.0)).item<bool>());
+}

@@ -1,0 +1,14 @@
+// troupe: umbrella header. Installed as <troupe/troupe.h>; includes every layer's public API.
+#pragma once
+
+// Layer: tensor (tensors, ops, autograd)
+#include "tensor/tensor.h"
+#include "tensor/ops.h"
+#include "tensor/autograd.h"
+#include "tensor/indexing.h"
+#include "tensor/gradcheck.h"
+
+// Later layers:
+// #include "nn/nn.h"
+// #include "comm/comm.h"
+// #include "actors/actors.h"
