@@ -37,7 +37,18 @@ Backend& backend(DeviceType t) {
 
 void register_backend(Backend* b) { slot(b->type()) = b; }
 
-bool has_backend(DeviceType t) { return t == kCPU || slot(t) != nullptr; }
+bool has_backend(DeviceType t) {
+#ifdef TROUPE_WITH_CUDA
+  if (t == kCUDA) {
+    try {
+      cuda::ensure_backend();
+    } catch (...) {
+      return false;
+    }
+  }
+#endif
+  return t == kCPU || slot(t) != nullptr;
+}
 
 void Backend::not_implemented(const char* op) const {
   throw std::runtime_error(std::string("[") + op + "] not implemented for device " + name());

@@ -94,9 +94,45 @@ Tensor bool_index(bool b) {
   return t;
 }
 
+// The coordinates of the true elements of a bool/uint8 mask, one contiguous int64 CPU tensor per mask
+// dim (the columns of nonzero(mask)), in row-major order.
+std::vector<Tensor> mask_columns(const Tensor& mask) {
+  Tensor m = cpu_copy(mask.to(kBool));
+  const int64_t k = m.dim(), total = m.numel();
+  const bool* p = static_cast<const bool*>(m.data_ptr());
+  int64_t n = 0;
+  for (int64_t i = 0; i < total; ++i) n += p[i];
+  std::vector<Tensor> cols;
+  std::vector<int64_t*> out;
+  for (int64_t j = 0; j < k; ++j) {
+    cols.push_back(empty({n}, TensorOptions().dtype(kInt64)));
+    out.push_back(static_cast<int64_t*>(cols.back().data_ptr()));
+  }
+  if (n == 0) return cols;
+  auto sizes = m.sizes();
+  const int64_t inner = sizes[k - 1];
+  const int64_t rows = total / inner;
+  std::vector<int64_t> idx(k, 0);
+  int64_t w = 0;
+  for (int64_t r = 0; r < rows; ++r, p += inner) {
+    for (int64_t j = 0; j < inner; ++j) {
+      if (!p[j]) continue;
+      for (int64_t d = 0; d < k - 1; ++d) out[d][w] = idx[d];
+      out[k - 1][w] = j;
+      ++w;
+    }
+    for (int64_t d = k - 2; d >= 0; --d) {
+      if (++idx[d] < sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return cols;
+}
+
 struct Sliced {
   Tensor view;                  // x after the basic indices
   std::vector<Tensor> indices;  // per dim of view: undefined, or an int64 index tensor
+  std::vector<bool> in_range;   // per dim: the index is ours, CPU, contiguous, in [0, size) (from a mask)
   bool advanced = false;
 };
 
@@ -123,9 +159,13 @@ Sliced apply_slicing(const Tensor& x, ArrayRef<TensorIndex> idx) {
   Sliced s;
   Tensor r = x;
   int64_t dim = 0;
-  auto record = [&](Tensor t) {
-    if (static_cast<int64_t>(s.indices.size()) < dim + 1) s.indices.resize(dim + 1);
+  auto record = [&](Tensor t, bool in_range) {
+    if (static_cast<int64_t>(s.indices.size()) < dim + 1) {
+      s.indices.resize(dim + 1);
+      s.in_range.resize(dim + 1, false);
+    }
     s.indices[dim] = std::move(t);
+    s.in_range[dim] = in_range;
     s.advanced = true;
     ++dim;
   };
@@ -144,7 +184,7 @@ Sliced apply_slicing(const Tensor& x, ArrayRef<TensorIndex> idx) {
         break;
       case TensorIndex::Kind::Boolean:
         r = r.unsqueeze(dim);
-        record(bool_index(ti.boolean));
+        record(bool_index(ti.boolean), true);
         break;
       case TensorIndex::Kind::Tensor: {
         const Tensor& t = ti.tensor;
@@ -152,7 +192,7 @@ Sliced apply_slicing(const Tensor& x, ArrayRef<TensorIndex> idx) {
         if (st == kBool || st == kUInt8) {
           if (t.dim() == 0) {
             r = r.unsqueeze(dim);
-            record(bool_index(t.item().to_bool()));
+            record(bool_index(t.item().to_bool()), true);
             break;
           }
           // A k-dim mask covers k dims: it becomes the k columns of its nonzero().
@@ -162,13 +202,12 @@ Sliced apply_slicing(const Tensor& x, ArrayRef<TensorIndex> idx) {
                                       std::to_string(j) + " does not match the shape of the indexed tensor " +
                                       list_str(r.sizes()) + " at index " + std::to_string(dim + j));
           }
-          Tensor nz = nonzero(t);  // (n, k)
-          for (int64_t j = 0; j < t.dim(); ++j) record(cpu_copy(nz.select(1, j)));
+          for (Tensor& col : mask_columns(t)) record(std::move(col), true);
         } else if (st == kInt64) {
           if (t.dim() == 0) {
             r = select_checked(r, dim, t.item().to_long(), i);
           } else {
-            record(t);
+            record(t, false);
           }
         } else {
           throw std::out_of_range(std::string("[index] tensors used as indices must be long, byte or bool tensors, "
@@ -193,7 +232,8 @@ struct Plan {
   std::vector<int64_t> result_sizes;
 };
 
-std::shared_ptr<Plan> make_plan(const Tensor& src, const std::vector<Tensor>& indices) {
+std::shared_ptr<Plan> make_plan(const Tensor& src, const std::vector<Tensor>& indices,
+                                const std::vector<bool>& in_range) {
   auto p = std::make_shared<Plan>();
   p->src_sizes = src.sizes().vec();
   for (size_t d = 0; d < indices.size(); ++d)
@@ -226,6 +266,10 @@ std::shared_ptr<Plan> make_plan(const Tensor& src, const std::vector<Tensor>& in
   for (int64_t d : p->post) p->result_sizes.push_back(p->src_sizes[d]);
   // broadcast, wrap negatives, bounds-check
   for (int64_t d : p->idims) {
+    if (in_range[d] && indices[d].sizes().equals(B)) {
+      p->idx.push_back(indices[d]);
+      continue;
+    }
     Tensor e;
     {
       NoGradGuard ng;
@@ -292,8 +336,8 @@ std::vector<int64_t> select_shape(const Plan& p) {
   return s;
 }
 
-Tensor advanced_index(const Tensor& src, const std::vector<Tensor>& indices) {
-  std::shared_ptr<Plan> p = make_plan(src, indices);
+Tensor advanced_index(const Tensor& src, const std::vector<Tensor>& indices, const std::vector<bool>& in_range) {
+  std::shared_ptr<Plan> p = make_plan(src, indices, in_range);
   Tensor out = empty(p->result_sizes, src.options());
   const bool single = p->idims.size() == 1;
   Tensor flat;  // single: the index along idims[0]
@@ -327,8 +371,9 @@ Tensor strip_leading_ones(const Tensor& v, int64_t ndim) {
   return v.reshape(std::vector<int64_t>(s.begin() + drop, s.end()));
 }
 
-void advanced_put(const Tensor& r, const std::vector<Tensor>& indices, const Tensor& v) {
-  std::shared_ptr<Plan> p = make_plan(r, indices);
+void advanced_put(const Tensor& r, const std::vector<Tensor>& indices, const std::vector<bool>& in_range,
+                  const Tensor& v) {
+  std::shared_ptr<Plan> p = make_plan(r, indices, in_range);
   const auto R = p->result_sizes;
   Tensor vs = strip_leading_ones(v, static_cast<int64_t>(R.size()));
   bool ok = static_cast<int64_t>(vs.dim()) <= static_cast<int64_t>(R.size());
@@ -376,8 +421,12 @@ void advanced_put(const Tensor& r, const std::vector<Tensor>& indices, const Ten
 
 Tensor index(const Tensor& x, ArrayRef<TensorIndex> idx) {
   Sliced s = apply_slicing(x, idx);
-  if (!s.advanced) return s.view;
-  return advanced_index(s.view, s.indices);
+  if (!s.advanced) {
+    // x[...] (or an empty index list) is an alias of x, as in PyTorch, not x itself.
+    if (s.view.is_same(x)) return x.view(x.sizes());
+    return s.view;
+  }
+  return advanced_index(s.view, s.indices, s.in_range);
 }
 
 void index_put_(Tensor& x, ArrayRef<TensorIndex> idx, const Tensor& v) {
@@ -401,7 +450,7 @@ void index_put_(Tensor& x, ArrayRef<TensorIndex> idx, const Tensor& v) {
     s.view.copy_(vs);
     return;
   }
-  advanced_put(s.view, s.indices, v);
+  advanced_put(s.view, s.indices, s.in_range, v);
 }
 
 void index_put_(Tensor& x, ArrayRef<TensorIndex> idx, Scalar v) {
@@ -410,7 +459,7 @@ void index_put_(Tensor& x, ArrayRef<TensorIndex> idx, Scalar v) {
     s.view.fill_(v);
     return;
   }
-  advanced_put(s.view, s.indices, full({}, v, x.options()));
+  advanced_put(s.view, s.indices, s.in_range, full({}, v, x.options()));
 }
 
 }  // namespace troupe

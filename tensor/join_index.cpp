@@ -91,6 +91,17 @@ Tensor vector_index(const char* op, const Tensor& index) {
   return raw_view(i, {i.numel()}, {1}, i.storage_offset());
 }
 
+// An unsigned integer type of the element's size (moving elements needs no dtype dispatch).
+template <typename F>
+void dispatch_bytes_of(size_t n, F&& f) {
+  switch (n) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
 // A tensor of `full` sizes that holds g in its leading corner and zeros elsewhere (differentiable in g).
 Tensor pad_corner(const Tensor& g, IntArrayRef full) {
   if (g.sizes().equals(full)) return g;
@@ -681,25 +692,24 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
 
 namespace {
 
-// Row-major positions (in a tensor of `sizes`) of the non-zero elements of a contiguous CPU tensor.
-std::vector<int64_t> nonzero_positions(const Tensor& c) {
-  std::vector<int64_t> pos;
-  const int64_t n = c.numel();
-  dispatch_all(c.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using C = opmath_t<T>;
-    const T* p = static_cast<const T*>(c.data_ptr());
-    for (int64_t i = 0; i < n; ++i)
-      if (static_cast<C>(p[i]) != C(0)) pos.push_back(i);
-  });
-  return pos;
-}
-
 // A contiguous CPU copy (or t itself), outside autograd.
 Tensor cpu_contiguous(const Tensor& t) {
   Tensor d = t.detach();
   if (!d.is_cpu()) d = d.cpu();
   return raw_contiguous(d);
+}
+
+// Number of non-zero elements of a contiguous CPU tensor (NaN counts as non-zero).
+int64_t count_nonzero_contiguous(const Tensor& c) {
+  const int64_t n = c.numel();
+  return dispatch_all(c.dtype(), [&](auto tag) -> int64_t {
+    using T = decltype(tag);
+    using C = opmath_t<T>;
+    const T* p = static_cast<const T*>(c.data_ptr());
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; ++i) cnt += static_cast<C>(p[i]) != C(0);
+    return cnt;
+  });
 }
 
 }  // namespace
@@ -712,24 +722,39 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
                                 dtype_name(mask.dtype()));
   check_same_device("masked_select", x, mask);
   std::vector<int64_t> shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_select");
-  Tensor mb;
+  Tensor mb, xb;
   {
     NoGradGuard ng;
     mb = cpu_contiguous(mask.detach().expand(shape));
+    xb = cpu_contiguous(x.detach().expand(shape));
   }
-  std::vector<int64_t> pos = nonzero_positions(mb);
-  const int64_t n = static_cast<int64_t>(pos.size());
-  Tensor lin = empty({n}, TensorOptions().dtype(kInt64));
-  if (n > 0) std::memcpy(lin.data_ptr(), pos.data(), sizeof(int64_t) * n);
-  if (!x.is_cpu()) lin = lin.to(x.device());
-  Tensor xb;
-  {
-    NoGradGuard ng;
-    xb = raw_contiguous(x.detach().expand(shape));
+  const int64_t total = mb.numel();
+  const uint8_t* m = static_cast<const uint8_t*>(mb.data_ptr());  // bool and uint8 are both one byte
+  int64_t n = 0;
+  for (int64_t i = 0; i < total; ++i) n += m[i] != 0;
+  Tensor out = empty({n}, xb.options());
+  const bool need_grad = autograd::any_requires_grad({&x});
+  Tensor lin = need_grad ? empty({n}, TensorOptions().dtype(kInt64)) : Tensor();
+  if (n > 0) {
+    int64_t* lp = need_grad ? static_cast<int64_t*>(lin.data_ptr()) : nullptr;
+    dispatch_bytes_of(xb.element_size(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* src = static_cast<const T*>(xb.data_ptr());
+      T* o = static_cast<T*>(out.data_ptr());
+      int64_t k = 0;
+      for (int64_t i = 0; i < total; ++i) {
+        if (!m[i]) continue;
+        o[k] = src[i];
+        if (lp) lp[k] = i;
+        ++k;
+      }
+    });
   }
-  Tensor out = empty({n}, x.options());
-  if (n > 0) backend(x).index_select(out, raw_view(xb, {xb.numel()}, {1}, xb.storage_offset()), 0, lin);
-  if (autograd::any_requires_grad({&x})) {
+  if (!x.is_cpu()) {
+    out = out.to(x.device());
+    if (need_grad) lin = lin.to(x.device());
+  }
+  if (need_grad) {
     autograd::record("MaskedSelectBackward0", {x}, out,
                      [lin, shape, xs = x.sizes().vec()](const variable_list& g) {
                        int64_t total = 1;
@@ -744,17 +769,32 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
 Tensor nonzero(const Tensor& x) {
   check_defined(x, "nonzero", "self");
   Tensor c = cpu_contiguous(x);
-  std::vector<int64_t> pos = nonzero_positions(c);
-  const int64_t n = static_cast<int64_t>(pos.size()), nd = x.dim();
+  const int64_t nd = x.dim();
+  const int64_t n = count_nonzero_contiguous(c);
   Tensor out = empty({n, nd}, TensorOptions().dtype(kInt64));
-  int64_t* o = static_cast<int64_t*>(out.data_ptr());
-  auto sizes = x.sizes();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rem = pos[i];
-    for (int64_t k = nd - 1; k >= 0; --k) {
-      o[i * nd + k] = rem % sizes[k];
-      rem /= sizes[k];
-    }
+  if (n > 0 && nd > 0) {
+    int64_t* o = static_cast<int64_t*>(out.data_ptr());
+    auto sizes = x.sizes();
+    const int64_t inner = sizes[nd - 1];
+    const int64_t rows = c.numel() / std::max<int64_t>(inner, 1);
+    std::vector<int64_t> idx(nd, 0);  // multi-index of the current row's first element
+    dispatch_all(c.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      using C = opmath_t<T>;
+      const T* p = static_cast<const T*>(c.data_ptr());
+      for (int64_t r = 0; r < rows; ++r, p += inner) {
+        for (int64_t j = 0; j < inner; ++j) {
+          if (static_cast<C>(p[j]) == C(0)) continue;
+          for (int64_t k = 0; k < nd - 1; ++k) o[k] = idx[k];
+          o[nd - 1] = j;
+          o += nd;
+        }
+        for (int64_t k = nd - 2; k >= 0; --k) {
+          if (++idx[k] < sizes[k]) break;
+          idx[k] = 0;
+        }
+      }
+    });
   }
   return x.is_cpu() ? out : out.to(x.device());
 }
@@ -785,7 +825,7 @@ Tensor tri(const Tensor& x, int64_t k, bool lower, const char* op) {
   parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t i = r % R;
-      // kept columns [c0, c1)
+      // kept columns [c0, c1), c0 <= c1: zero bytes are zero in every dtype
       int64_t c0 = 0, c1 = C;
       if (lower) {
         c1 = std::clamp<int64_t>(i + k + 1, 0, C);
@@ -796,8 +836,7 @@ Tensor tri(const Tensor& x, int64_t k, bool lower, const char* op) {
       const char* srow = s + static_cast<size_t>(r * C) * es;
       if (c0 > 0) std::memset(orow, 0, static_cast<size_t>(c0) * es);
       if (c1 > c0) std::memcpy(orow + c0 * es, srow + c0 * es, static_cast<size_t>(c1 - c0) * es);
-      if (c1 < C && c1 >= c0) std::memset(orow + c1 * es, 0, static_cast<size_t>(C - c1) * es);
-      if (c1 < c0) std::memset(orow, 0, static_cast<size_t>(C) * es);
+      if (c1 < C) std::memset(orow + c1 * es, 0, static_cast<size_t>(C - c1) * es);
     }
   });
   return out;

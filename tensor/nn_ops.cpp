@@ -59,6 +59,32 @@ ConvGeom conv_geom(IntArrayRef in, IntArrayRef w, const ConvParams& p) {
   return g;
 }
 
+// Images per im2col/col2im call: the column buffer of a chunk stays under kColBytes. Fewer, larger kernel
+// calls also mean fewer switches between the OpenMP threads of the kernels and the BLAS threads of gemm.
+constexpr int64_t kColBytes = int64_t{32} << 20;
+
+int64_t chunk_images(const ConvGeom& g, size_t elem) {
+  if (g.direct) return std::max<int64_t>(g.N, 1);
+  const int64_t per_image = std::max<int64_t>(1, g.G * g.CKK * g.L * static_cast<int64_t>(elem));
+  return std::clamp<int64_t>(kColBytes / per_image, 1, std::max<int64_t>(g.N, 1));
+}
+
+// Column matrix (rows, L) of image n of a chunk buffer (nb, rows, L), or the image itself for 1x1 convs.
+Tensor image_columns(const ConvGeom& g, const Tensor& x, const Tensor& col, int64_t n, int64_t n0) {
+  if (g.direct) return raw_view(x, {g.C, g.L}, {g.L, 1}, n * g.C * g.H * g.W);
+  return raw_view(col, {g.G * g.CKK, g.L}, {g.L, 1}, (n - n0) * g.G * g.CKK * g.L);
+}
+
+// im2col of images [n0, n0 + cnt) into the chunk buffer.
+void chunk_im2col(Backend& be, const ConvGeom& g, const ConvParams& p, const Tensor& x, const Tensor& col, int64_t n0,
+                  int64_t cnt) {
+  if (g.direct) return;
+  const int64_t rows = g.G * g.CKK;
+  be.im2col(raw_view(col, {cnt, rows, g.L}, {rows * g.L, g.L, 1}),
+            raw_view(x, {cnt, g.C, g.H, g.W}, {g.C * g.H * g.W, g.H * g.W, g.W, 1}, n0 * g.C * g.H * g.W), g.kh, g.kw,
+            p.sh, p.sw, p.ph, p.pw, p.dh, p.dw);
+}
+
 // out = conv(x, w) + bias, x (N, C, H, W). No autograd.
 Tensor conv_forward_raw(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p) {
   Tensor x = contiguous_raw(x_in), w = contiguous_raw(w_in);
@@ -68,21 +94,18 @@ Tensor conv_forward_raw(const Tensor& x_in, const Tensor& w_in, const Tensor& bi
   Backend& be = backend(x);
   const bool has_bias = bias.defined();
   if (has_bias) be.copy(out, raw_view(bias, {g.N, g.O, g.oH, g.oW}, {0, bias.stride(0), 0, 0}));
-  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, x.options());
-  const int64_t img = g.C * g.H * g.W;
-  for (int64_t n = 0; n < g.N; ++n) {
-    Tensor src;
-    if (g.direct) {
-      src = raw_view(x, {g.C, g.L}, {g.L, 1}, n * img);
-    } else {
-      be.im2col(col, raw_view(x, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
-                p.dh, p.dw);
-      src = col;
-    }
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      be.gemm(raw_view(out, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
-              raw_view(w, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
-              raw_view(src, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L), 1.0, has_bias ? 1.0 : 0.0);
+  const int64_t nb = chunk_images(g, x.element_size());
+  Tensor col = g.direct ? Tensor() : empty({nb, g.G * g.CKK, g.L}, x.options());
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+    const int64_t cnt = std::min(nb, g.N - n0);
+    chunk_im2col(be, g, p, x, col, n0, cnt);
+    for (int64_t n = n0; n < n0 + cnt; ++n) {
+      Tensor src = image_columns(g, x, col, n, n0);
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        be.gemm(raw_view(out, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
+                raw_view(w, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
+                raw_view(src, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L), 1.0, has_bias ? 1.0 : 0.0);
+      }
     }
   }
   return out;
@@ -99,18 +122,24 @@ Tensor conv_grad_input_raw(const Tensor& gy_in, const Tensor& w_in, IntArrayRef 
     be.fill(gx, Scalar(0));
     return gx;
   }
-  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, gy.options());
+  const int64_t nb = chunk_images(g, gy.element_size());
+  Tensor col = g.direct ? Tensor() : empty({nb, g.G * g.CKK, g.L}, gy.options());
   const int64_t img = g.C * g.H * g.W;
-  for (int64_t n = 0; n < g.N; ++n) {
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      Tensor dst = g.direct ? raw_view(gx, {g.Cg, g.L}, {g.L, 1}, n * img + gi * g.Cg * g.L)
-                            : raw_view(col, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L);
-      be.gemm(dst, raw_view(w, {g.CKK, g.Og}, {1, g.CKK}, gi * g.Og * g.CKK),  // w_g^T as a transposed view
-              raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L), 1.0, 0.0);
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+    const int64_t cnt = std::min(nb, g.N - n0);
+    for (int64_t n = n0; n < n0 + cnt; ++n) {
+      Tensor dst = image_columns(g, gx, col, n, n0);  // the image itself (1x1) or its columns
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        be.gemm(raw_view(dst, {g.CKK, g.L}, {g.L, 1}, gi * g.CKK * g.L),
+                raw_view(w, {g.CKK, g.Og}, {1, g.CKK}, gi * g.Og * g.CKK),  // w_g^T as a transposed view
+                raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L), 1.0, 0.0);
+      }
     }
-    if (!g.direct)
-      be.col2im(raw_view(gx, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), col, g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
-                p.dh, p.dw);
+    if (!g.direct) {
+      const int64_t rows = g.G * g.CKK;
+      be.col2im(raw_view(gx, {cnt, g.C, g.H, g.W}, {img, g.H * g.W, g.W, 1}, n0 * img),
+                raw_view(col, {cnt, rows, g.L}, {rows * g.L, g.L, 1}), g.kh, g.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw);
+    }
   }
   return gx;
 }
@@ -126,22 +155,19 @@ Tensor conv_grad_weight_raw(const Tensor& gy_in, const Tensor& x_in, IntArrayRef
     be.fill(gw, Scalar(0));
     return gw;
   }
-  Tensor col = g.direct ? Tensor() : empty({g.G * g.CKK, g.L}, x.options());
-  const int64_t img = g.C * g.H * g.W;
-  for (int64_t n = 0; n < g.N; ++n) {
-    Tensor src;
-    if (g.direct) {
-      src = raw_view(x, {g.C, g.L}, {g.L, 1}, n * img);
-    } else {
-      be.im2col(col, raw_view(x, {g.C, g.H, g.W}, {g.H * g.W, g.W, 1}, n * img), g.kh, g.kw, p.sh, p.sw, p.ph, p.pw,
-                p.dh, p.dw);
-      src = col;
-    }
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      be.gemm(raw_view(gw, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
-              raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
-              raw_view(src, {g.L, g.CKK}, {1, g.L}, gi * g.CKK * g.L),  // col_g^T as a transposed view
-              1.0, n == 0 ? 0.0 : 1.0);
+  const int64_t nb = chunk_images(g, x.element_size());
+  Tensor col = g.direct ? Tensor() : empty({nb, g.G * g.CKK, g.L}, x.options());
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+    const int64_t cnt = std::min(nb, g.N - n0);
+    chunk_im2col(be, g, p, x, col, n0, cnt);
+    for (int64_t n = n0; n < n0 + cnt; ++n) {
+      Tensor src = image_columns(g, x, col, n, n0);
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        be.gemm(raw_view(gw, {g.Og, g.CKK}, {g.CKK, 1}, gi * g.Og * g.CKK),
+                raw_view(gy, {g.Og, g.L}, {g.L, 1}, (n * g.O + gi * g.Og) * g.L),
+                raw_view(src, {g.L, g.CKK}, {1, g.L}, gi * g.CKK * g.L),  // col_g^T as a transposed view
+                1.0, n == 0 ? 0.0 : 1.0);
+      }
     }
   }
   return gw;

@@ -19,6 +19,7 @@
 
 #include "autograd.h"
 #include "backend.h"
+#include "cpu/softmax_kernels.h"
 #include "ops.h"
 #include "parallel.h"
 
@@ -26,6 +27,10 @@ namespace troupe {
 
 using autograd::SavedVariable;
 using autograd::variable_list;
+using cpu::logsumexp_cpu;
+using cpu::reverse_cumsum_cpu;
+using cpu::softmax_backward_cpu;
+using cpu::softmax_forward_cpu;
 
 namespace {
 
@@ -109,10 +114,6 @@ ScalarType sum_dtype(ScalarType t) { return is_integral(t, true) ? kInt64 : t; }
   throw std::invalid_argument(std::string("[") + op + "] not implemented for dtype " + dtype_name(t));
 }
 
-void check_floating(const char* op, const Tensor& x, const char* text) {
-  if (!x.is_floating_point())
-    throw std::invalid_argument(std::string("[") + op + "] " + text + dtype_name(x.dtype()));
-}
 
 /// A tensor sharing t's storage with the given geometry (no autograd, no view bookkeeping: internal use).
 Tensor alias(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
@@ -121,6 +122,17 @@ Tensor alias(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> s
 }
 
 Tensor flat(const Tensor& t) { return alias(t, {t.numel()}, {1}, t.storage_offset()); }
+
+template <typename F>
+void dispatch_float(const char* op, ScalarType t, F&& f) {
+  switch (t) {
+    case kFloat32: f(float{}); return;
+    case kFloat64: f(double{}); return;
+    case kFloat16: f(Half{}); return;
+    case kBFloat16: f(BFloat16{}); return;
+    default: not_for_dtype(op, t);
+  }
+}
 
 // ====================================================================== the reduction driver
 
@@ -292,187 +304,6 @@ Tensor expand_back(const Tensor& g, const std::vector<int64_t>& sizes, const Mas
   return keep(g, sizes, mask, keepdim).expand(sizes);
 }
 
-// ====================================================================== CPU loops (softmax family)
-
-template <typename A, typename T>
-inline A ld(T v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<A>(static_cast<float>(v));
-  else return static_cast<A>(v);
-}
-template <typename T, typename A>
-inline T st(A v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
-/// NaN-propagating max step.
-template <typename A>
-inline A vmax(A m, A v) {
-  return (v > m || v != v) ? v : m;
-}
-
-constexpr int64_t kColBlock = 128;
-
-/// Calls f(o, c0, nc) over (outer, column blocks of inner), in parallel; `work` = elements per call.
-template <typename F>
-void for_blocks(int64_t outer, int64_t inner, int64_t r, F f) {
-  const int64_t ncb = (inner + kColBlock - 1) / kColBlock;
-  const int64_t per = std::max<int64_t>(1, r * std::min(inner, kColBlock));
-  parallel_for(0, outer * ncb, std::max<int64_t>(1, kGrainSize / per), [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / ncb, c0 = (t % ncb) * kColBlock;
-      f(o, c0, std::min(kColBlock, inner - c0));
-    }
-  });
-}
-
-template <typename T, bool Log>
-void softmax_forward_cpu(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
-  using A = opmath_t<T>;
-  if (inner == 1) {
-    parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(r, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        const T* p = x + o * r;
-        T* q = y + o * r;
-        A m = ld<A>(p[0]);
-        for (int64_t j = 1; j < r; ++j) m = vmax(m, ld<A>(p[j]));
-        if constexpr (Log) {
-          A s = 0;
-          for (int64_t j = 0; j < r; ++j) s += std::exp(ld<A>(p[j]) - m);
-          const A ls = std::log(s);
-          for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(p[j]) - m - ls);
-        } else if constexpr (std::is_same_v<T, A>) {
-          A s = 0;
-          for (int64_t j = 0; j < r; ++j) {
-            const A ev = std::exp(p[j] - m);
-            q[j] = ev;
-            s += ev;
-          }
-          const A inv = A(1) / s;
-          for (int64_t j = 0; j < r; ++j) q[j] *= inv;
-        } else {
-          A s = 0;
-          for (int64_t j = 0; j < r; ++j) s += std::exp(ld<A>(p[j]) - m);
-          const A inv = A(1) / s;
-          for (int64_t j = 0; j < r; ++j) q[j] = st<T>(std::exp(ld<A>(p[j]) - m) * inv);
-        }
-      }
-    });
-    return;
-  }
-  for_blocks(outer, inner, r, [&](int64_t o, int64_t c0, int64_t nc) {
-    A m[kColBlock], s[kColBlock];
-    const T* base = x + o * r * inner + c0;
-    T* ybase = y + o * r * inner + c0;
-    for (int64_t c = 0; c < nc; ++c) m[c] = ld<A>(base[c]);
-    for (int64_t j = 1; j < r; ++j)
-      for (int64_t c = 0; c < nc; ++c) m[c] = vmax(m[c], ld<A>(base[j * inner + c]));
-    for (int64_t c = 0; c < nc; ++c) s[c] = 0;
-    for (int64_t j = 0; j < r; ++j)
-      for (int64_t c = 0; c < nc; ++c) s[c] += std::exp(ld<A>(base[j * inner + c]) - m[c]);
-    if constexpr (Log) {
-      for (int64_t c = 0; c < nc; ++c) s[c] = std::log(s[c]);
-      for (int64_t j = 0; j < r; ++j)
-        for (int64_t c = 0; c < nc; ++c) ybase[j * inner + c] = st<T>(ld<A>(base[j * inner + c]) - m[c] - s[c]);
-    } else {
-      for (int64_t c = 0; c < nc; ++c) s[c] = A(1) / s[c];
-      for (int64_t j = 0; j < r; ++j)
-        for (int64_t c = 0; c < nc; ++c)
-          ybase[j * inner + c] = st<T>(std::exp(ld<A>(base[j * inner + c]) - m[c]) * s[c]);
-    }
-  });
-}
-
-/// softmax: gi = y * (g - sum(g*y)); log_softmax: gi = g - exp(y) * sum(g). Rows along the last dim.
-template <typename T, bool Log>
-void softmax_backward_cpu(const T* g, const T* y, T* gi, int64_t outer, int64_t r) {
-  using A = opmath_t<T>;
-  parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(r, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      const T* gp = g + o * r;
-      const T* yp = y + o * r;
-      T* q = gi + o * r;
-      A s = 0;
-      if constexpr (Log) {
-        for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]);
-        for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(gp[j]) - std::exp(ld<A>(yp[j])) * s);
-      } else {
-        for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]) * ld<A>(yp[j]);
-        for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(yp[j]) * (ld<A>(gp[j]) - s));
-      }
-    }
-  });
-}
-
-/// out = log(sum(exp(x - m'))) + m' with m' = max, or 0 where the max is infinite (PyTorch's rule).
-template <typename T>
-void logsumexp_cpu(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
-  using A = opmath_t<T>;
-  auto fix = [](A m) { return std::isinf(m) ? A(0) : m; };
-  if (inner == 1) {
-    parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(r, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        const T* p = x + o * r;
-        A m = -std::numeric_limits<A>::infinity();
-        for (int64_t j = 0; j < r; ++j) m = vmax(m, ld<A>(p[j]));
-        m = fix(m);
-        A s = 0;
-        for (int64_t j = 0; j < r; ++j) s += std::exp(ld<A>(p[j]) - m);
-        y[o] = st<T>(std::log(s) + m);
-      }
-    });
-    return;
-  }
-  for_blocks(outer, inner, r, [&](int64_t o, int64_t c0, int64_t nc) {
-    A m[kColBlock], s[kColBlock];
-    const T* base = x + o * r * inner + c0;
-    for (int64_t c = 0; c < nc; ++c) m[c] = -std::numeric_limits<A>::infinity();
-    for (int64_t j = 0; j < r; ++j)
-      for (int64_t c = 0; c < nc; ++c) m[c] = vmax(m[c], ld<A>(base[j * inner + c]));
-    for (int64_t c = 0; c < nc; ++c) {
-      m[c] = fix(m[c]);
-      s[c] = 0;
-    }
-    for (int64_t j = 0; j < r; ++j)
-      for (int64_t c = 0; c < nc; ++c) s[c] += std::exp(ld<A>(base[j * inner + c]) - m[c]);
-    for (int64_t c = 0; c < nc; ++c) y[o * inner + c0 + c] = st<T>(std::log(s[c]) + m[c]);
-  });
-}
-
-template <typename T> struct cum_acc { using type = int64_t; };
-template <> struct cum_acc<float> { using type = double; };
-template <> struct cum_acc<double> { using type = double; };
-template <> struct cum_acc<Half> { using type = float; };
-template <> struct cum_acc<BFloat16> { using type = float; };
-
-/// y[j] = sum_{k >= j} x[k] along the middle dim of (outer, r, inner).
-template <typename T>
-void reverse_cumsum_cpu(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
-  using A = typename cum_acc<T>::type;
-  if (inner == 1) {
-    parallel_for(0, outer, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(r, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        A s = 0;
-        for (int64_t j = r; j-- > 0;) {
-          s += ld<A>(x[o * r + j]);
-          y[o * r + j] = st<T>(s);
-        }
-      }
-    });
-    return;
-  }
-  for_blocks(outer, inner, r, [&](int64_t o, int64_t c0, int64_t nc) {
-    A s[kColBlock];
-    for (int64_t c = 0; c < nc; ++c) s[c] = 0;
-    for (int64_t j = r; j-- > 0;) {
-      const int64_t off = (o * r + j) * inner + c0;
-      for (int64_t c = 0; c < nc; ++c) {
-        s[c] += ld<A>(x[off + c]);
-        y[off + c] = st<T>(s[c]);
-      }
-    }
-  });
-}
-
 /// (outer, r, inner) of a contiguous tensor around dim d.
 void split_at(const Tensor& x, int64_t d, int64_t& outer, int64_t& r, int64_t& inner) {
   outer = 1;
@@ -480,17 +311,6 @@ void split_at(const Tensor& x, int64_t d, int64_t& outer, int64_t& r, int64_t& i
   r = x.dim() == 0 ? 1 : x.size(d);
   for (int64_t i = 0; i < d; ++i) outer *= x.size(i);
   for (int64_t i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
-}
-
-template <typename F>
-void dispatch_float(const char* op, ScalarType t, F&& f) {
-  switch (t) {
-    case kFloat32: f(float{}); return;
-    case kFloat64: f(double{}); return;
-    case kFloat16: f(Half{}); return;
-    case kBFloat16: f(BFloat16{}); return;
-    default: not_for_dtype(op, t);
-  }
 }
 
 // ====================================================================== shared forward pieces
@@ -510,9 +330,56 @@ Tensor mean_acc(const Tensor& x, const Mask& mask, bool keepdim) {
   return s;
 }
 
-/// (var, mean) in x's dtype; mean has the keepdim shape when keepdim.
-std::tuple<Tensor, Tensor> var_mean_impl(const Tensor& x, const Mask& mask, int64_t correction, bool keepdim) {
+/// When the reduced dims are the trailing dims of x (size-1 kept dims aside) or all of them: x viewed as
+/// (outer, r) rows once contiguous.
+bool trailing_rows(const Tensor& x, const Mask& mask, int64_t& outer, int64_t& r) {
+  outer = 1;
+  r = 1;
+  bool seen = false;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (mask[d]) {
+      seen = true;
+      r *= x.size(d);
+    } else if (x.size(d) != 1) {
+      if (seen) return false;
+      outer *= x.size(d);
+    }
+  }
+  return true;
+}
+
+/// Writes vals (double) into the contiguous floating tensor t.
+void write_doubles(const Tensor& t, const std::vector<double>& vals) {
+  dispatch_float("reduce", t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data_ptr<T>();
+    for (size_t i = 0; i < vals.size(); ++i) p[i] = T(static_cast<opmath_t<T>>(vals[i]));
+  });
+}
+
+/// (var, mean) in x's dtype (in float for 16-bit floats when !to_input_dtype); mean has the keepdim shape
+/// when keepdim.
+std::tuple<Tensor, Tensor> var_mean_impl(const Tensor& x, const Mask& mask, int64_t correction, bool keepdim,
+                                         bool to_input_dtype = true) {
   NoGradGuard ng;
+  int64_t outer, r;
+  if (x.is_cpu() && x.numel() > 0 && trailing_rows(x, mask, outer, r)) {
+    // fused two-pass moments in double, no temporaries
+    Tensor xc = x.contiguous();
+    std::vector<double> mu(static_cast<size_t>(outer)), m2(static_cast<size_t>(outer));
+    dispatch_float("var", x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      cpu::row_moments_cpu<T>(xc.data_ptr<T>(), outer, r, mu.data(), m2.data());
+    });
+    const double dof = static_cast<double>(std::max<int64_t>(0, r - correction));
+    for (double& v : m2) v /= dof;
+    const ScalarType dt = to_input_dtype || !is_16bit_float(x.dtype()) ? x.dtype() : kFloat32;
+    Tensor v = empty(reduced_shape(x.sizes(), mask, keepdim), x.options().dtype(dt));
+    Tensor m = empty(reduced_shape(x.sizes(), mask, keepdim), x.options().dtype(dt));
+    write_doubles(v, m2);
+    write_doubles(m, mu);
+    return {v, m};
+  }
   Tensor xf = is_16bit_float(x.dtype()) ? x.to(kFloat32) : x;
   Tensor m = mean_acc(xf, mask, true);
   Tensor d = xf - m;
@@ -521,7 +388,7 @@ std::tuple<Tensor, Tensor> var_mean_impl(const Tensor& x, const Mask& mask, int6
   const int64_t dof = std::max<int64_t>(0, reduced_count(x.sizes(), mask) - correction);
   v.div_(Scalar(static_cast<double>(dof)));
   if (!keepdim) m = m.reshape(reduced_shape(x.sizes(), mask, false));
-  if (v.dtype() != x.dtype()) {
+  if (to_input_dtype && v.dtype() != x.dtype()) {
     v = v.to(x.dtype());
     m = m.to(x.dtype());
   }
@@ -803,6 +670,20 @@ Tensor norm_forward(const Tensor& x, double p, const Mask& mask, bool keepdim) {
   NoGradGuard ng;
   Tensor xf = is_16bit_float(x.dtype()) ? x.to(kFloat32) : x;
   Tensor out;
+  int64_t outer, r;
+  if (p == 2 && x.is_cpu() && x.numel() > 0 && trailing_rows(x, mask, outer, r)) {
+    // fused sum of squares in double
+    Tensor xc = x.contiguous();
+    std::vector<double> ss(static_cast<size_t>(outer));
+    dispatch_float("norm", x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      cpu::row_sumsq_cpu<T>(xc.data_ptr<T>(), outer, r, ss.data());
+    });
+    for (double& v : ss) v = std::sqrt(v);
+    out = empty(reduced_shape(x.sizes(), mask, keepdim), x.options());
+    write_doubles(out, ss);
+    return out;
+  }
   if (p == 2) {
     out = troupe::sqrt(sum_impl(xf * xf, mask, keepdim, xf.dtype()));
   } else if (p == 1) {
@@ -951,7 +832,8 @@ Tensor std(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
   Tensor s;
   {
     NoGradGuard ng;
-    s = troupe::sqrt(std::get<0>(var_mean_impl(x, mask, correction, keepdim)));
+    s = troupe::sqrt(std::get<0>(var_mean_impl(x, mask, correction, keepdim, false)));
+    if (s.dtype() != x.dtype()) s = s.to(x.dtype());
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record("StdBackward0", {x}, s,

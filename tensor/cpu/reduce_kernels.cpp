@@ -18,6 +18,7 @@
 
 #include "../parallel.h"
 #include "cpu_backend.h"
+#include "softmax_kernels.h"
 
 namespace troupe::cpu {
 
@@ -208,6 +209,10 @@ struct ExtValR {
   static constexpr bool kNeedsElements = true;
   static V identity() { return V(0); }
   static void contig(const T* p, int64_t n, int64_t, V& v, int64_t&) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      v = IsMax ? simd::max_row(p, n) : simd::min_row(p, n);
+      return;
+    }
     V first = load<V>(p[0]);
     V lane[kLanes];
     for (int64_t k = 0; k < kLanes; ++k) lane[k] = first;
@@ -229,7 +234,15 @@ struct ExtValR {
     for (int64_t c = 0; c < nc; ++c) v[c] = load<V>(p[c]);
     for (int64_t j = 1; j < n; ++j) {
       const T* row = p + j * stride;
-      for (int64_t c = 0; c < nc; ++c) {
+      int64_t c = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        for (; c + 4 <= nc; c += 4) {
+          simd::v4f a = simd::load4(row + c), m = simd::load4(v + c);
+          m = ((IsMax ? (a > m) : (a < m)) | (a != a)) ? a : m;
+          simd::store4(v + c, m);
+        }
+      }
+      for (; c < nc; ++c) {
         V x = load<V>(row[c]);
         v[c] = better<IsMax>(x, v[c]) ? x : v[c];
       }

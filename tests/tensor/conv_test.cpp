@@ -134,6 +134,31 @@ TEST(Conv2d, MoreConfigsAgainstReferenceLoop) {
   }
 }
 
+TEST(Conv2d, LargeImagesProcessedInChunks) {
+  // 21 MB of columns per image: the images go through im2col/col2im one chunk at a time
+  manual_seed(86);
+  Tensor x = randn({3, 32, 96, 96}, dtype(kFloat64)).requires_grad_();
+  Tensor w = randn({4, 32, 3, 3}, dtype(kFloat64)).requires_grad_();
+  Tensor out = conv2d(x, w, Tensor(), 1, 1);
+  Tensor g = randn(out.sizes(), dtype(kFloat64));
+  (out * g).sum().backward();
+  Tensor gw_sum = zeros({4, 32, 3, 3}, dtype(kFloat64));
+  for (int64_t n = 0; n < 3; ++n) {
+    Tensor xn = x.detach().slice(0, n, n + 1).clone().requires_grad_();
+    Tensor wn = w.detach().clone().requires_grad_();
+    Tensor on = conv2d(xn, wn, Tensor(), 1, 1);
+    EXPECT_TRUE(tensors_close(out.detach().slice(0, n, n + 1), on.detach(), 1e-12, 1e-12));
+    (on * g.slice(0, n, n + 1)).sum().backward();
+    EXPECT_TRUE(tensors_close(x.grad().slice(0, n, n + 1), xn.grad(), 1e-12, 1e-12));
+    gw_sum = gw_sum + wn.grad();
+  }
+  EXPECT_TRUE(tensors_close(w.grad(), gw_sum, 1e-10, 1e-10));
+  Tensor xs = x.detach().slice(2, 0, 5).slice(3, 0, 6).slice(1, 0, 3);
+  EXPECT_TRUE(tensors_close(conv2d(xs, w.detach().slice(1, 0, 3)),
+                            ref_conv(xs.contiguous(), w.detach().slice(1, 0, 3).contiguous(), Tensor(), 1, 1, 0, 0, 1, 1, 1),
+                            1e-12, 1e-12));
+}
+
 TEST(Conv2d, GradcheckAndDoubleBackward) {
   manual_seed(83);
   Tensor x = randn({2, 4, 5, 4}, dtype(kFloat64)).requires_grad_();

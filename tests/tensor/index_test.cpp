@@ -611,10 +611,13 @@ TEST(IndexBasic, ResultsAreViews) {
   Tensor e = x.index({None, Ellipsis, 1});
   e.zero_();
   EXPECT_EQ(vals(x.index({Slice(), 1})), (V{0, 0, 0}));
-  // x[...] is a view of everything
-  Tensor all = x.index({Ellipsis});
+  // x[...] is a new view of everything (an alias, not x itself)
+  Tensor z = zeros({2, 2});
+  Tensor all = z.index({Ellipsis});
+  EXPECT_FALSE(all.is_same(z));
   EXPECT_TRUE(all.is_view());
-  EXPECT_EQ(all.impl()->storage, x.impl()->storage);
+  all.fill_(4);
+  EXPECT_EQ(vals(z), (V{4, 4, 4, 4}));
 }
 
 TEST(IndexBasic, GradientThroughViews) {
