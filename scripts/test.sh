@@ -2,7 +2,7 @@
 # Configure, build and run the tests.
 #   bash scripts/test.sh [--sanitize] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
-#   --sanitize:  build-sanitize/ (RelWithDebInfo, ASan+UBSan, CPU only), tensor_tests only,
+#   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only), tensor_tests only,
 #                ctest -L tensor
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,7 +32,8 @@ if [[ $sanitize == 1 ]]; then
   build="build-sanitize"
   # shellcheck disable=SC2046
   cmake $(generator_args "$build") -S . -B "$build" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_BUILD_TYPE=Debug \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
     -DTROUPE_SANITIZE=ON \
     -DTROUPE_CUDA=OFF \
     -DTROUPE_BUILD_TESTS=ON \

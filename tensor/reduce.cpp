@@ -5,8 +5,10 @@
 // reduce kernel without copying whenever the input is contiguous (or a permutation of a contiguous tensor) and
 // the reduced dims are adjacent in memory (e.g. a (B, N) -> (N) bias gradient is outer=1, r=B, inner=N).
 // Reduced dims that are not adjacent are reduced one block at a time (largest first), with intermediate results
-// in the accumulator's dtype; only inputs whose memory is not dense are copied. Softmax, log_softmax,
-// logsumexp and the reverse cumulative sum (cumsum's backward) have dedicated CPU loops below.
+// in the accumulator's dtype; only inputs whose memory is not dense are copied, and broadcast (stride-0) dims
+// that are reduced are not read repeatedly (a sum over them is a multiplication). Softmax, log_softmax,
+// logsumexp, var/std, the 2-norm and the reverse cumulative sum (cumsum's backward) have dedicated CPU loops
+// in cpu/softmax_kernels.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -120,7 +122,6 @@ Tensor alias(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> s
   return Tensor(std::make_shared<TensorImpl>(t.impl()->storage, std::move(sizes), std::move(strides), offset,
                                              t.dtype()));
 }
-
 Tensor flat(const Tensor& t) { return alias(t, {t.numel()}, {1}, t.storage_offset()); }
 
 template <typename F>
@@ -168,6 +169,26 @@ void run_reduction(ReduceOp op, const Tensor& x_in, const Mask& mask, const Tens
       case ReduceOp::All: be.fill(out, Scalar(true)); return;
       case ReduceOp::Any: be.fill(out, Scalar(false)); return;
       default: throw std::logic_error("[reduce] max/min of an empty dim must be rejected by the op");
+    }
+  }
+
+  // reduced broadcast dims (stride 0, e.g. an expanded gradient): reduce one copy of the data instead
+  if (op != ReduceOp::Prod && op != ReduceOp::ArgMax && op != ReduceOp::ArgMin && !idx.defined()) {
+    std::vector<int64_t> sizes = x_in.sizes().vec();
+    int64_t copies = 1;
+    for (int64_t d = 0; d < x_in.dim(); ++d)
+      if (mask[d] && x_in.strides()[d] == 0 && sizes[d] > 1) {
+        copies *= sizes[d];
+        sizes[d] = 1;
+      }
+    if (copies > 1) {
+      Tensor once = alias(x_in, sizes, x_in.strides().vec(), x_in.storage_offset());
+      if (op != ReduceOp::Sum) return run_reduction(op, once, mask, out, idx);
+      Tensor part = empty(out.sizes(), out.options().dtype(acc_dtype(x_in.dtype())));
+      run_reduction(op, once, mask, part, idx);
+      part.mul_(Scalar(copies));
+      be.copy(out, part);
+      return;
     }
   }
 

@@ -58,7 +58,9 @@ inline O store(A v) {
 constexpr int64_t kLanes = 16;         // independent accumulators in contiguous loops
 constexpr int64_t kPairBlock = 1024;   // pairwise summation leaf (elements)
 constexpr int64_t kRowBlock = 16;      // cascaded column summation leaf (rows)
-constexpr int64_t kCol = 256;          // columns per task when inner > 1
+constexpr int64_t kCol = 4096;         // columns per task when inner > 1 (whole rows of memory pages)
+constexpr int64_t kCumCol = 256;       // columns per task of cumsum (stack accumulators)
+constexpr int64_t kMaxRowBlocks = 32;  // partial results when splitting r with inner > 1
 constexpr int64_t kChunk = 1 << 15;    // elements per partial result when splitting r
 
 // ------------------------------------------------------------------ sum / prod building blocks
@@ -81,9 +83,10 @@ A pairwise_sum(const T* p, int64_t n) {
   return pairwise_sum<T, A>(p, half) + pairwise_sum<T, A>(p + half, n - half);
 }
 
-/// acc[c] = sum over `rows` rows (row j at p + j*stride) of p[c], c < nc <= kCol; cascaded in halves.
+/// acc[c] = sum over `rows` rows (row j at p + j*stride) of p[c], c < nc; cascaded in halves, with the
+/// right halves' sums in `scratch` (nc values per level of the recursion).
 template <typename T, typename A>
-void cascade_rows(const T* p, int64_t rows, int64_t stride, int64_t nc, A* acc) {
+void cascade_rows(const T* p, int64_t rows, int64_t stride, int64_t nc, A* acc, A* scratch) {
   if (rows <= kRowBlock) {
     for (int64_t c = 0; c < nc; ++c) acc[c] = load<A>(p[c]);
     for (int64_t j = 1; j < rows; ++j) {
@@ -92,11 +95,20 @@ void cascade_rows(const T* p, int64_t rows, int64_t stride, int64_t nc, A* acc) 
     }
     return;
   }
-  int64_t half = rows / 2;
-  cascade_rows<T, A>(p, half, stride, nc, acc);
-  A tmp[kCol];
-  cascade_rows<T, A>(p + half * stride, rows - half, stride, nc, tmp);
-  for (int64_t c = 0; c < nc; ++c) acc[c] += tmp[c];
+  const int64_t half = rows / 2;
+  cascade_rows<T, A>(p, half, stride, nc, acc, scratch);
+  cascade_rows<T, A>(p + half * stride, rows - half, stride, nc, scratch, scratch + nc);
+  for (int64_t c = 0; c < nc; ++c) acc[c] += scratch[c];
+}
+
+/// Levels of cascade_rows' recursion for `rows` rows.
+inline int64_t cascade_depth(int64_t rows) {
+  int64_t d = 1;
+  while (rows > kRowBlock) {
+    rows = rows - rows / 2;
+    ++d;
+  }
+  return d;
 }
 
 // ------------------------------------------------------------------ reducers
@@ -118,7 +130,10 @@ struct SumR {
       for (int64_t c = 0; c < nc; ++c) v[c] = V(0);
       return;
     }
-    cascade_rows<T, V>(p, n, stride, nc, v);
+    thread_local std::vector<V> scratch;
+    const size_t need = static_cast<size_t>(cascade_depth(n) * nc);
+    if (scratch.size() < need) scratch.resize(need);
+    cascade_rows<T, V>(p, n, stride, nc, v, scratch.data());
   }
   static void merge(V& a, int64_t&, V b, int64_t) { a += b; }
 };
@@ -167,6 +182,13 @@ struct ExtIdxR {
   static constexpr bool kNeedsElements = true;
   static V identity() { return V(0); }
   static void contig(const T* p, int64_t n, int64_t j0, V& v, int64_t& ix) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (n < (int64_t(1) << 31)) {
+        simd::arg_extremum_row<IsMax>(p, n, v, ix);
+        ix += j0;
+        return;
+      }
+    }
     V best = load<V>(p[0]);
     int64_t bi = 0;
     for (int64_t i = 1; i < n; ++i) {
@@ -347,46 +369,43 @@ void drive(const T* in, int64_t outer, int64_t r, int64_t inner, Write write) {
 
   const int64_t ncb = (inner + kCol - 1) / kCol;
   const int64_t tasks = outer * ncb;
-  if (small || tasks >= nt || r < 4) {
-    int64_t grain = std::max<int64_t>(1, kGrainSize / (r * std::min(inner, kCol)));
+  const int64_t width = std::min(inner, kCol);
+  if (small || tasks >= nt || r < 4 * kRowBlock) {
+    int64_t grain = std::max<int64_t>(1, kGrainSize / (r * width));
     parallel_for(0, tasks, grain, [&](int64_t b, int64_t e) {
-      V v[kCol];
-      int64_t ix[kCol];
+      Buf<V> v(width);
+      Buf<int64_t> ix(width);
       for (int64_t t = b; t < e; ++t) {
         int64_t o = t / ncb, c0 = (t % ncb) * kCol, nc = std::min(kCol, inner - c0);
-        R::rows(in + o * r * inner + c0, r, 0, inner, nc, v, ix);
+        R::rows(in + o * r * inner + c0, r, 0, inner, nc, v.data(), ix.data());
         for (int64_t c = 0; c < nc; ++c) write(o * inner + c0 + c, v[c], ix[c]);
       }
     });
     return;
   }
-  // few outputs, many rows: reduce blocks of rows in parallel into partial results, then merge in order
-  const int64_t rows_per = std::max<int64_t>(kRowBlock, kChunk / inner);
+  // few outputs, many rows: reduce blocks of rows in parallel into partial results (a fixed number of blocks,
+  // so that the result does not depend on the thread count), then merge them in order as a tree
+  const int64_t rows_per = std::max<int64_t>(kRowBlock, (r + kMaxRowBlocks - 1) / kMaxRowBlocks);
   const int64_t nrc = (r + rows_per - 1) / rows_per;
   Buf<V> pv(nrc * nout);
   Buf<int64_t> pi(nrc * nout);
-  parallel_for(0, nrc, 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      int64_t j0 = k * rows_per, n = std::min(rows_per, r - j0);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t c0 = 0; c0 < inner; c0 += kCol) {
-          int64_t nc = std::min(kCol, inner - c0);
-          int64_t off = k * nout + o * inner + c0;
-          R::rows(in + (o * r + j0) * inner + c0, n, j0, inner, nc, pv.data() + off, pi.data() + off);
-        }
+  parallel_for(0, nrc * tasks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t k = t / tasks, o = (t % tasks) / ncb, c0 = (t % ncb) * kCol;
+      const int64_t j0 = k * rows_per, n = std::min(rows_per, r - j0), nc = std::min(kCol, inner - c0);
+      const int64_t off = k * nout + o * inner + c0;
+      R::rows(in + (o * r + j0) * inner + c0, n, j0, inner, nc, pv.data() + off, pi.data() + off);
     }
   });
-  // merge the nrc partials of each output (stride nout apart)
-  Buf<V> tv(nrc);
-  Buf<int64_t> ti(nrc);
-  for (int64_t q = 0; q < nout; ++q) {
-    for (int64_t k = 0; k < nrc; ++k) {
-      tv[k] = pv[k * nout + q];
-      ti[k] = pi[k * nout + q];
+  for (int64_t step = 1; step < nrc; step *= 2)
+    for (int64_t k = 0; k + step < nrc; k += 2 * step) {
+      V* a = pv.data() + k * nout;
+      int64_t* ia = pi.data() + k * nout;
+      const V* bv = pv.data() + (k + step) * nout;
+      const int64_t* ib = pi.data() + (k + step) * nout;
+      for (int64_t q = 0; q < nout; ++q) R::merge(a[q], ia[q], bv[q], ib[q]);
     }
-    merge_tree<R>(tv.data(), ti.data(), 0, nrc);
-    write(q, tv[0], ti[0]);
-  }
+  for (int64_t q = 0; q < nout; ++q) write(q, pv[q], pi[q]);
 }
 
 [[noreturn]] void bad_out(const char* op, const Tensor& in, const Tensor& out) {
@@ -523,12 +542,12 @@ void CpuBackend::cumsum(const Tensor& out, const Tensor& in, int64_t outer, int6
       });
       return;
     }
-    const int64_t ncb = (inner + kCol - 1) / kCol;
-    parallel_for(0, outer * ncb, std::max<int64_t>(1, kGrainSize / (r * std::min(inner, kCol))),
+    const int64_t ncb = (inner + kCumCol - 1) / kCumCol;
+    parallel_for(0, outer * ncb, std::max<int64_t>(1, kGrainSize / (r * std::min(inner, kCumCol))),
                  [&](int64_t b, int64_t e) {
-                   A acc[kCol];
+                   A acc[kCumCol];
                    for (int64_t t = b; t < e; ++t) {
-                     int64_t o = t / ncb, c0 = (t % ncb) * kCol, nc = std::min(kCol, inner - c0);
+                     int64_t o = t / ncb, c0 = (t % ncb) * kCumCol, nc = std::min(kCumCol, inner - c0);
                      for (int64_t c = 0; c < nc; ++c) acc[c] = A(0);
                      for (int64_t j = 0; j < r; ++j) {
                        const T* p = ip + (o * r + j) * inner + c0;

@@ -254,6 +254,51 @@ inline double min_row(const double* p, int64_t n) {
   return nan ? std::numeric_limits<double>::quiet_NaN() : m;
 }
 
+/// The first index of the maximum (IsMax) or minimum of p[0, n) and its value; a NaN counts as the extremum
+/// (the first NaN wins), as in PyTorch. n >= 1, n < 2^31 for float (int32 index lanes).
+template <bool IsMax, typename T>
+inline void arg_extremum_row(const T* p, int64_t n, T& best, int64_t& best_idx) {
+  using VF = std::conditional_t<std::is_same_v<T, float>, v4f, v2d>;
+  using VI = std::conditional_t<std::is_same_v<T, float>, v4i, v2l>;
+  constexpr int L = std::is_same_v<T, float> ? 4 : 2;
+  VF m, x;
+  VI mi, idx;
+  for (int k = 0; k < L; ++k) {
+    m[k] = p[0];
+    mi[k] = 0;
+    idx[k] = k;
+  }
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    std::memcpy(&x, p + j, sizeof(x));
+    VI take = (IsMax ? (x > m) : (x < m)) | ((x != x) & (m == m));
+    m = take ? x : m;
+    mi = take ? idx : mi;
+    idx += L;
+  }
+  T b = m[0];
+  int64_t bi = mi[0];
+  for (int k = 1; k < L; ++k) {
+    const T v = m[k];
+    const int64_t i = mi[k];
+    const bool vn = v != v, bn = b != b;
+    const bool wins = bn ? (vn && i < bi) : (vn || (IsMax ? v > b : v < b) || (v == b && i < bi));
+    if (wins) {
+      b = v;
+      bi = i;
+    }
+  }
+  for (; j < n; ++j) {
+    const T v = p[j];
+    if ((IsMax ? v > b : v < b) || (v != v && b == b)) {
+      b = v;
+      bi = j;
+    }
+  }
+  best = b;
+  best_idx = bi;
+}
+
 /// Sum of p[0, n) in 8 float lanes (exact order fixed by n).
 inline float sum_row(const float* p, int64_t n) {
   v4f a0 = splat4(0.0f), a1 = a0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -125,11 +126,15 @@ TEST(ReduceFixtures, Softmax) {
     const double tol = x.dtype() == kFloat64 ? 1e-12 : 1e-6;
     EXPECT_TRUE(tensors_close(softmax(x, -1), fx.get("softmax_" + n + "_dimm1"), tol, tol, true));
     EXPECT_TRUE(tensors_close(x.softmax(0), fx.get("softmax_" + n + "_dim0"), tol, tol, true));
-    if (fx.has("log_softmax_" + n + "_dimm1"))
+    if (fx.has("log_softmax_" + n + "_dimm1")) {
       EXPECT_TRUE(tensors_close(log_softmax(x, -1), fx.get("log_softmax_" + n + "_dimm1"), tol, tol, true));
-    if (fx.has("logsumexp_" + n + "_dimm1"))
+    }
+    if (fx.has("logsumexp_" + n + "_dimm1")) {
       EXPECT_TRUE(tensors_close(logsumexp(x, {-1}), fx.get("logsumexp_" + n + "_dimm1"), tol, tol, true));
-    // the generic (non-CPU-fast-path) composition agrees: logsumexp over one dim through two dims of size 1
+      // the same through a (1, n, 1) view: the column loop instead of the row loop
+      EXPECT_TRUE(tensors_close(logsumexp(x.t().unsqueeze(0), {1}).squeeze(0), fx.get("logsumexp_" + n + "_dimm1"),
+                                tol, tol));
+    }
     if (fx.has("w_" + n)) {
       Tensor w = fx.get("w_" + n);
       Tensor a = x.clone().requires_grad_();
@@ -142,6 +147,113 @@ TEST(ReduceFixtures, Softmax) {
       EXPECT_EQ(log_softmax(b, -1).grad_fn()->name(), "LogSoftmaxBackward0");
     }
   }
+}
+
+TEST(ReduceFixtures, ExtraRecords) {
+  // tests/fixtures/reduce_extra.txt (gen_reduce.py): more dims, corrections, ties, zeros, NaN, gradients
+  auto fx = Fixtures::load("reduce_extra.txt");
+  auto grad_of = [](const std::function<Tensor(const Tensor&)>& f, const Tensor& x, const Tensor& w) {
+    Tensor a = x.clone().requires_grad_();
+    (f(a) * w).sum().backward();
+    return a.grad();
+  };
+  const double tol = 1e-12;
+  Tensor x = fx.get("s4_x");
+  struct DimCase { std::vector<int64_t> dims; bool keep; const char* tag; };
+  for (const DimCase& c : std::vector<DimCase>{{{0, 2}, false, "02"}, {{1, 3}, true, "13_k"},
+                                               {{0, 1, 3}, false, "013"}, {{-1, 0}, true, "30_k"},
+                                               {{2}, false, "2"}}) {
+    SCOPED_TRACE(c.tag);
+    std::string t = c.tag;
+    EXPECT_TRUE(tensors_close(x.sum(c.dims, c.keep), fx.get("s4_sum_" + t), tol, tol, true));
+    EXPECT_TRUE(tensors_close(x.mean(c.dims, c.keep), fx.get("s4_mean_" + t), tol, tol, true));
+    EXPECT_TRUE(tensors_close(x.amax(c.dims, c.keep), fx.get("s4_amax_" + t), 0, 0, true));
+    EXPECT_TRUE(tensors_close(var(x, c.dims, 1, c.keep), fx.get("s4_var_" + t), 1e-10, tol, true));
+    // the same through a transposed (non-contiguous) input
+    Tensor xt = x.transpose(1, 3).contiguous().transpose(1, 3);
+    ASSERT_FALSE(xt.is_contiguous());
+    EXPECT_TRUE(tensors_close(xt.sum(c.dims, c.keep), fx.get("s4_sum_" + t), tol, tol, true));
+    EXPECT_TRUE(tensors_close(var(xt, c.dims, 1, c.keep), fx.get("s4_var_" + t), 1e-10, tol, true));
+  }
+  EXPECT_TRUE(tensors_close(troupe::std(x, {}, 0), fx.get("s4_std_all_c0"), 1e-12, 0, true));
+  EXPECT_TRUE(tensors_close(var(x, {}, 2), fx.get("s4_var_all_c2"), 1e-12, 0, true));
+  auto [v, m] = var_mean(x, {1, 2}, 0, true);
+  EXPECT_TRUE(tensors_close(v, fx.get("s4_varmean_v"), 1e-10, tol, true));
+  EXPECT_TRUE(tensors_close(m, fx.get("s4_varmean_m"), tol, tol, true));
+  Tensor w13 = fx.get("s4_w13");
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return var(t, {0, 2}); }, x, w13), fx.get("s4_gvar13"),
+                            1e-10, tol));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return troupe::std(t, {0, 2}, 0); }, x, w13),
+                            fx.get("s4_gstd13"), 1e-10, tol));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.mean({0, 2}); }, x, w13), fx.get("s4_gmean13"),
+                            tol, tol));
+
+  Tensor p = fx.get("prod_x"), wp = fx.get("prod_w");
+  EXPECT_TRUE(tensors_close(p.prod(1), fx.get("prod_d1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(p.prod(0), fx.get("prod_d0"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.prod(1); }, p, wp), fx.get("prod_g1"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.prod(0); }, p, wp), fx.get("prod_g0"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.prod(); }, p.slice(0, 2, 4), scalar_tensor(2.0, kFloat64)),
+                            fx.get("prod_gall"), tol, 0));
+
+  Tensor a = fx.get("ext_x"), wa = fx.get("ext_w");
+  EXPECT_TRUE(tensors_close(a.amax({1}), fx.get("ext_amax1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(a.amin({0}), fx.get("ext_amin0"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.amax({1}); }, a, wa.select(1, 0)),
+                            fx.get("ext_gamax1"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.amin({0}); }, a, wa[0]), fx.get("ext_gamin0"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.amax({0, 1}); }, a, scalar_tensor(2.0, kFloat64)),
+                            fx.get("ext_gamax01"), tol, 0));
+  auto [mv, mi] = a.max(1);
+  EXPECT_TRUE(tensors_close(mv, fx.get("ext_max1_v"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(mi, fx.get("ext_max1_i"), 0, 0, true));
+  auto [nv, ni] = a.min(0, true);
+  EXPECT_TRUE(tensors_close(nv, fx.get("ext_min0k_v"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(ni, fx.get("ext_min0k_i"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return std::get<0>(t.max(1)); }, a, wa.select(1, 1)),
+                            fx.get("ext_gmax1"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.max(); }, a, scalar_tensor(3.0, kFloat64)),
+                            fx.get("ext_gmaxall"), tol, 0));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.min(); }, a, scalar_tensor(-1.0, kFloat64)),
+                            fx.get("ext_gminall"), tol, 0));
+  Tensor an = fx.get("arg_x");
+  EXPECT_TRUE(tensors_close(an.argmax(1), fx.get("arg_max1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(an.argmin(1), fx.get("arg_min1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(an.argmax(0), fx.get("arg_max0"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(an.argmax(), fx.get("arg_maxflat"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(an.slice(0, 1, 2).argmin(), fx.get("arg_minflat_r1"), 0, 0, true));
+
+  Tensor l = fx.get("lse_x");
+  EXPECT_TRUE(tensors_close(logsumexp(l, {0, 2}), fx.get("lse_02"), tol, tol, true));
+  EXPECT_TRUE(tensors_close(logsumexp(l, {1}, true), fx.get("lse_1k"), tol, tol, true));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return logsumexp(t, {0, 2}); }, l, fx.get("lse_w")),
+                            fx.get("lse_g02"), 1e-10, tol));
+  EXPECT_TRUE(tensors_close(l.cumsum(2), fx.get("cs_d2"), tol, tol, true));
+  EXPECT_TRUE(tensors_close(l.cumsum(0), fx.get("cs_d0"), tol, tol, true));
+  EXPECT_TRUE(tensors_close(grad_of([](const Tensor& t) { return t.cumsum(1); }, l, fx.get("cs_w")), fx.get("cs_g1"),
+                            tol, tol));
+
+  Tensor nx = fx.get("norm_x"), wn = fx.get("norm_w");
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto [tag, pv] : std::vector<std::pair<std::string, double>>{
+           {"2", 2.0}, {"1", 1.0}, {"inf", inf}, {"ninf", -inf}, {"0", 0.0}, {"3", 3.0}, {"1p5", 1.5}, {"0p5", 0.5}}) {
+    SCOPED_TRACE("p=" + tag);
+    EXPECT_TRUE(tensors_close(nx.norm(pv), fx.get("norm_all_" + tag), 1e-12, 0, true));
+    EXPECT_TRUE(tensors_close(norm(nx, pv, {1}), fx.get("norm_d1_" + tag), 1e-12, 0, true));
+    EXPECT_TRUE(tensors_close(norm(nx, pv, {0}, true), fx.get("norm_d0k_" + tag), 1e-12, 0, true));
+    if (fx.has("norm_g1_" + tag)) {
+      const double p_ = pv;
+      EXPECT_TRUE(tensors_close(grad_of([p_](const Tensor& t) { return norm(t, p_, {1}); }, nx, wn),
+                                fx.get("norm_g1_" + tag), 1e-10, 1e-12));
+    }
+  }
+
+  Tensor b = fx.get("log_x");
+  EXPECT_TRUE(tensors_close(all(b, 1), fx.get("log_all1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(any(b, 1), fx.get("log_any1"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(all(b, 0), fx.get("log_all0"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(any(b, 0, true), fx.get("log_any0k"), 0, 0, true));
+  EXPECT_TRUE(tensors_close(count_nonzero(b), fx.get("log_count"), 0, 0, true));
 }
 
 // ====================================================================== closed forms
@@ -180,6 +292,8 @@ TEST(ReduceSum, Float32PrecisionOf16MElements) {
 
 TEST(ReduceSum, LongRowsAndColumnsMatchReference) {
   manual_seed(7);
+  const int threads = get_num_threads();
+  set_num_threads(2);  // the splits of r depend on the thread count: take them even on one core
   // sizes chosen to reach every split of the kernel: long rows split in chunks (3 x 70000), one long column
   // block split in row blocks (70000 x 3 over dim 0), many short rows, and an odd length
   for (auto shape : std::vector<std::vector<int64_t>>{{3, 70000}, {70000, 3}, {2, 40000, 3}, {1, 140001}}) {
@@ -195,9 +309,76 @@ TEST(ReduceSum, LongRowsAndColumnsMatchReference) {
     }
     // float32 the same
     Tensor xf = x.to(kFloat32);
-    for (int64_t d = 0; d < x.dim(); ++d)
+    for (int64_t d = 0; d < x.dim(); ++d) {
       EXPECT_TRUE(tensors_close(xf.sum(d), ref_sum(x, {d}, false), 1e-5, 1e-3));
+      EXPECT_TRUE(tensors_close(std::get<1>(xf.max(d)), std::get<1>(x.max(d)), 0, 0));
+      EXPECT_TRUE(tensors_close(xf.argmin(d), x.argmin(d), 0, 0));
+    }
   }
+  set_num_threads(threads);
+}
+
+TEST(ReduceSimd, VectorisedRowsMatchDoubleAndScalarReferences) {
+  // rows long enough for the vector loops, with lengths that leave tails; special values inside the
+  // vector part; float32 against the float64 computation
+  manual_seed(21);
+  for (int64_t r : {1, 7, 8, 16, 37, 1000, 1031}) {
+    SCOPED_TRACE("r=" + std::to_string(r));
+    Tensor x = randn({5, r}, kFloat64) * Scalar(8.0);
+    Tensor xf = x.to(kFloat32);
+    Tensor x64 = xf.to(kFloat64);  // the float32 values, exactly
+    EXPECT_TRUE(tensors_close(softmax(xf, 1), softmax(x64, 1), 2e-6, 1e-12));
+    EXPECT_TRUE(tensors_close(log_softmax(xf, 1), log_softmax(x64, 1), 1e-6, 2e-6));
+    EXPECT_TRUE(tensors_close(logsumexp(xf, {1}), logsumexp(x64, {1}), 1e-6, 1e-6));
+    EXPECT_TRUE(tensors_close(softmax(xf.t().contiguous(), 0), softmax(x64, 1).t(), 2e-6, 1e-12));
+    EXPECT_TRUE(tensors_close(xf.amax({1}), x64.amax({1}), 0, 0));
+    EXPECT_TRUE(tensors_close(xf.amin({1}), x64.amin({1}), 0, 0));
+    EXPECT_TRUE(tensors_close(xf.argmax(1), x64.argmax(1), 0, 0));
+    EXPECT_TRUE(tensors_close(xf.var({1}), x64.var({1}), 1e-5, 1e-6));
+    EXPECT_TRUE(tensors_close(xf.norm(2), x64.norm(2), 1e-6, 0));
+    EXPECT_TRUE(tensors_close(norm(xf, 2, {1}), norm(x64, 2, {1}), 1e-6, 0));
+    // the fused log_softmax/softmax backward against the float64 composition
+    Tensor w = randn({5, r}, kFloat64);
+    Tensor a = xf.clone().requires_grad_(), b = x64.clone().requires_grad_();
+    (log_softmax(a, 1) * w.to(kFloat32)).sum().backward();
+    (log_softmax(b, 1) * w).sum().backward();
+    EXPECT_TRUE(tensors_close(a.grad(), b.grad(), 1e-4, 1e-5));
+    Tensor c = xf.clone().requires_grad_(), d = x64.clone().requires_grad_();
+    (softmax(c, 1) * w.to(kFloat32)).sum().backward();
+    (softmax(d, 1) * w).sum().backward();
+    EXPECT_TRUE(tensors_close(c.grad(), d.grad(), 1e-4, 1e-6));
+    // 16-bit floats go through float rows
+    EXPECT_TRUE(tensors_close(softmax(xf.to(kBFloat16), 1), softmax(xf.to(kBFloat16).to(kFloat64), 1), 1e-2, 1e-3));
+    EXPECT_TRUE(tensors_close(logsumexp(xf.to(kFloat16), {1}), logsumexp(xf.to(kFloat16).to(kFloat64), {1}), 2e-3,
+                              1e-2));
+  }
+  // specials in the middle of a long row
+  std::vector<float> v(40, 1.0f);
+  v[3] = 2.0f;
+  v[20] = -std::numeric_limits<float>::infinity();
+  Tensor s = softmax(tensor(v).reshape({1, 40}), 1);
+  EXPECT_EQ(s[0][20].item<float>(), 0.0f);
+  EXPECT_NEAR(s.sum().item<double>(), 1.0, 1e-6);
+  EXPECT_EQ(s.argmax().item<int64_t>(), 3);
+  for (float special : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> u = v;
+    u[21] = special;
+    Tensor row = tensor(u).reshape({1, 40});
+    EXPECT_TRUE(softmax(row, 1).isnan().all().item<bool>());
+    EXPECT_TRUE(log_softmax(row, 1).isnan().all().item<bool>());
+    EXPECT_EQ(row.argmax().item<int64_t>(), 21);
+    EXPECT_EQ(std::get<1>(row.max(1)).item<int64_t>(), 21);
+    EXPECT_EQ(std::isnan(special) ? 21 : 20, row.argmin().item<int64_t>());
+    const float lse = logsumexp(row, {1}).item<float>();
+    if (std::isnan(special)) EXPECT_TRUE(std::isnan(lse));
+    else EXPECT_EQ(lse, special);
+  }
+  // exp's range ends: underflow to subnormals and 0, overflow to inf
+  Tensor e = logsumexp(tensor({-100.0f, -104.0f, -90.0f}).reshape({3, 1}), {1});
+  EXPECT_TRUE(tensors_close(e, tensor({-100.0f, -104.0f, -90.0f}), 1e-6, 0));
+  Tensor big = softmax(tensor({88.0f, 88.7f, 0.0f, -200.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f}).reshape({1, 9}), 1);
+  EXPECT_TRUE(tensors_close(big.sum(), scalar_tensor(1.0f), 1e-6, 0));
+  EXPECT_EQ(big[0][3].item<float>(), 0.0f);
 }
 
 TEST(ReduceSum, NonAdjacentDimsAndDtypes) {
@@ -238,6 +419,23 @@ TEST(ReduceSum, BiasGradientShapeOverDim0) {
   Tensor big = ones({1000, 300}, kFloat32);
   EXPECT_TRUE(tensors_close(big.sum(0), full({300}, 1000.0f, kFloat32), 0, 0));
   EXPECT_TRUE(tensors_close(big.t().sum(1), full({300}, 1000.0f, kFloat32), 0, 0));
+  // broadcast (stride-0) inputs: the gradient of (x + b).sum() reaching b is an expanded tensor
+  Tensor b = vec_f32({1, 2, 3});
+  Tensor e = b.expand({1000, 3});
+  EXPECT_TRUE(tensors_close(e.sum(0), vec_f32({1000, 2000, 3000}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.sum(1), full({1000}, 6.0f, kFloat32), 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.sum(), scalar_tensor(6000.0f, kFloat32), 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.mean(0), b, 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.amax({0}), b, 0, 0, true));
+  EXPECT_TRUE(tensors_close(std::get<1>(e.max(0)), tensor({0, 0, 0}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.argmax(), scalar_tensor(Scalar(int64_t(2)), kInt64), 0, 0, true));
+  EXPECT_TRUE(tensors_close(tensor({true, false}).expand({5, 2}).sum(0), tensor({5, 0}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(tensor({1, 2}).to(kInt32).expand({3, 4, 2}).sum({0, 1}), tensor({12, 24}), 0, 0, true));
+  EXPECT_TRUE(tensors_close(e.to(kFloat16).sum(0), vec_f32({1000, 2000, 3000}), 0, 0));
+  Tensor bb = vec_f32({1, 2, 3}).requires_grad_();
+  Tensor xx = ones({4, 3}, kFloat32);
+  (xx + bb).sum().backward();
+  EXPECT_TRUE(tensors_close(bb.grad(), full({3}, 4.0f, kFloat32), 0, 0, true));
 }
 
 TEST(ReduceVar, KnownVector) {
