@@ -16,12 +16,6 @@ using autograd::variable_list;
 
 namespace {
 
-enum class Category { Bool = 0, Int = 1, Float = 2 };
-Category category(ScalarType t) {
-  if (t == kBool) return Category::Bool;
-  return is_floating_point(t) ? Category::Float : Category::Int;
-}
-
 // PyTorch's ResultTypeState: dimensioned tensors, zero-dim tensors and wrapped numbers promote
 // separately; a lower priority only wins when it is of a higher category.
 struct ResultState {
