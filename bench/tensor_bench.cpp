@@ -8,8 +8,9 @@
 // Timing: a manual timer on std::chrono::steady_clock. Each case is warmed up, then each side gets an
 // inner repeat count so that one sample lasts at least `sample_ms`; samples of troupe and of the peer
 // are taken alternately (so that both see the same background load) and the median per call is
-// reported. ratio = peer_time / troupe_time (> 1: troupe faster); for bandwidth rows ratio =
-// troupe GB/s / memcpy GB/s.
+// reported. ratio = peer_time / troupe_time (> 1: troupe faster), as the median over back-to-back
+// sample pairs (robust to drifts of machine speed); for bandwidth rows ratio = troupe GB/s / memcpy
+// GB/s, from the same paired times.
 //
 // Flags: --quick (few samples: the ctest smoke test), --threads=N, --samples=N, --filter=SUBSTR (cases
 // whose name contains SUBSTR), --strict (exit 1 when a target is missed). Google Benchmark flags
@@ -55,7 +56,7 @@ struct Config {
   bool quick = false;
   bool strict = false;
   int threads = 0;
-  int samples = 11;
+  int samples = 15;
   double sample_ms = 50;  // minimum length of one sample
   double warmup_ms = 200;
   std::string filter;
@@ -84,18 +85,18 @@ struct Side {
   int64_t reps = 1;
   std::vector<double> per_call_ms;
 
-  // Runs fn until warmup_ms passed (at least twice), then sets reps from the last call's time.
+  // Runs fn until warmup_ms passed (at least twice), then sets reps from the median warm-up call.
   void warm_and_calibrate() {
     auto t0 = Clock::now();
-    double last = 0;
-    int calls = 0;
+    std::vector<double> times;
     do {
       auto t1 = Clock::now();
       fn();
-      last = ms_since(t1);
-      ++calls;
-    } while (calls < 2 || ms_since(t0) < cfg.warmup_ms);
-    reps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cfg.sample_ms / std::max(last, 1e-6))));
+      times.push_back(ms_since(t1));
+    } while (times.size() < 2 || ms_since(t0) < cfg.warmup_ms);
+    times.erase(times.begin());  // the first call pays for cold caches and allocations
+    const double per_call = std::max(median(times), 1e-6);
+    reps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cfg.sample_ms / per_call)));
   }
   void sample() {
     auto t0 = Clock::now();
@@ -105,8 +106,14 @@ struct Side {
   double med() const { return median(per_call_ms); }
 };
 
-// Times a and b with alternating samples; returns the median ms per call of each.
-std::pair<double, double> compare(std::function<void()> a, std::function<void()> b) {
+// Result of timing two callables: median ms per call of each, and the median over sample pairs of
+// b_time / a_time (each pair is taken back to back, so the ratio cancels slow drifts of machine speed).
+struct Comparison {
+  double a_ms, b_ms, ratio;
+};
+
+// Times a and b with alternating samples (a b, b a, a b, ...).
+Comparison compare(std::function<void()> a, std::function<void()> b) {
   Side sa(std::move(a)), sb(std::move(b));
   sa.warm_and_calibrate();
   sb.warm_and_calibrate();
@@ -119,7 +126,9 @@ std::pair<double, double> compare(std::function<void()> a, std::function<void()>
       sa.sample();
     }
   }
-  return {sa.med(), sb.med()};
+  std::vector<double> ratios;
+  for (size_t i = 0; i < sa.per_call_ms.size(); ++i) ratios.push_back(sb.per_call_ms[i] / sa.per_call_ms[i]);
+  return {sa.med(), sb.med(), median(ratios)};
 }
 
 [[maybe_unused]] double time_one(std::function<void()> a) {
@@ -221,10 +230,10 @@ void bench_sgemm(int64_t n) {
     ++check_failures;
     note(name + ": troupe::mm differs from cblas_sgemm (relative " + fmt("%.2e", rd) + ")");
   }
-  auto [tt, tp] = compare([&] { do_not_optimize(troupe::mm(a, b)); }, raw);
+  auto [tt, tp, ratio] = compare([&] { do_not_optimize(troupe::mm(a, b)); }, raw);
   double flop = 2.0 * n * n * n;
   row(name, fmt_time(tt) + fmt("  %.1f GFLOP/s", flop / (tt * 1e6)),
-      fmt_time(tp) + fmt("  %.1f GFLOP/s", flop / (tp * 1e6)), tp / tt, 0.95);
+      fmt_time(tp) + fmt("  %.1f GFLOP/s", flop / (tp * 1e6)), ratio, 0.95);
 }
 
 // memcpy of 64 MB (bytes moved = 2 x size), single-thread and chunked over `threads` threads: the
@@ -267,7 +276,8 @@ void bench_elementwise(int threads) {
   if (!selected(names[0]) && !selected(names[1]) && !selected(names[2])) return;
   Memcpy mc(bytes, threads);
   {
-    auto [t1, tm] = compare([&] { mc.one(); }, [&] { mc.many(); });
+    auto [t1, tm, r] = compare([&] { mc.one(); }, [&] { mc.many(); });
+    (void)r;
     mc.multi = tm < t1;
     row("memcpy 64 MB, 1 thread (2x bytes moved)", "-", fmt_time(t1) + fmt("  %.1f GB/s", mc.gbps(t1)), kNaN, kNaN);
     row("memcpy 64 MB, " + std::to_string(threads) + " threads (2x bytes moved)", "-",
@@ -288,10 +298,12 @@ void bench_elementwise(int threads) {
   // Each troupe op is sampled alternately with the faster memcpy, so both see the same load.
   auto bw_row = [&](const std::string& name, std::function<void()> f) {
     if (!selected(name)) return;
-    auto [t, tm] = compare(std::move(f), [&] { mc.best(); });
+    auto [t, tm, r] = compare(std::move(f), [&] { mc.best(); });
     double gb = moved / (t * 1e6), hw = mc.gbps(tm);
+    // troupe GB/s / memcpy GB/s = (moved / t) / (2 bytes / tm), from the paired time ratio tm / t
     row(name, fmt_time(t) + fmt("  %.1f GB/s", gb),
-        fmt("memcpy %.1f GB/s", hw) + " (" + std::to_string(mc.multi ? threads : 1) + " thr)", gb / hw, 0.8);
+        fmt("memcpy %.1f GB/s", hw) + " (" + std::to_string(mc.multi ? threads : 1) + " thr)",
+        r * moved / (2.0 * static_cast<double>(bytes)), 0.8);
   };
   bw_row(names[0], [&] { do_not_optimize(a + b); });
   bw_row(names[1], [&] { do_not_optimize(a * b); });
@@ -341,8 +353,8 @@ void bench_mlp(const std::string& label, int64_t batch, int64_t in, int64_t out,
     note(msg);
     if (!ok) ++check_failures;
   }
-  auto [tt, tp] = compare([&] { do_not_optimize(troupe_step()); }, [&] { do_not_optimize(torch_step()); });
-  row(name, fmt_time(tt), fmt_time(tp), tp / tt, target);
+  auto [tt, tp, ratio] = compare([&] { do_not_optimize(troupe_step()); }, [&] { do_not_optimize(torch_step()); });
+  row(name, fmt_time(tt), fmt_time(tp), ratio, target);
 #else
   double tt = time_one([&] { do_not_optimize(troupe_step()); });
   row(name, fmt_time(tt), kNoTorch, kNaN, kNaN);
@@ -355,8 +367,8 @@ void info_vs_torch(const std::string& name, FT troupe_fn, FP torch_fn, double by
   if (!selected(name)) return;
   auto bw = [&](double ms) { return bytes > 0 ? fmt("  %.1f GB/s", bytes / (ms * 1e6)) : std::string(); };
 #if defined(TROUPE_HAVE_LIBTORCH)
-  auto [tt, tp] = compare(troupe_fn, torch_fn);
-  row(name, fmt_time(tt) + bw(tt), fmt_time(tp) + bw(tp), tp / tt, kNaN);
+  auto [tt, tp, ratio] = compare(troupe_fn, torch_fn);
+  row(name, fmt_time(tt) + bw(tt), fmt_time(tp) + bw(tp), ratio, kNaN);
 #else
   (void)torch_fn;
   double tt = time_one(troupe_fn);
@@ -455,7 +467,7 @@ void usage() {
       "usage: tensor_bench [--quick] [--threads=N] [--samples=N] [--filter=SUBSTR] [--strict]\n"
       "  --quick        few short samples (smoke test)\n"
       "  --threads=N    threads for troupe, libtorch and OpenBLAS (default: troupe's default = cores)\n"
-      "  --samples=N    samples per side (median reported; default 11, quick 3)\n"
+      "  --samples=N    samples per side (median reported; default 15, quick 3)\n"
       "  --filter=S     only cases whose name contains S\n"
       "  --strict       exit 1 when a target is missed\n");
 }
@@ -506,7 +518,8 @@ int main(int argc, char** argv) {
   std::printf("threads: troupe %d, libtorch %s, OpenBLAS %d; median of %d samples (>= %.0f ms each), "
               "troupe and peer sampled alternately\n",
               troupe::get_num_threads(), torch_threads.c_str(), blas_threads, cfg.samples, cfg.sample_ms);
-  std::printf("ratio = peer_time / troupe_time (> 1: troupe faster); bandwidth rows: troupe GB/s / memcpy GB/s\n\n");
+  std::printf("ratio = peer_time / troupe_time (> 1: troupe faster; median of back-to-back sample pairs); "
+              "bandwidth rows: troupe GB/s / memcpy GB/s\n\n");
   print_header();
 
   try {
