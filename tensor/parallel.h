@@ -1,4 +1,4 @@
-// parallel_for over an index range on the CPU threads (OpenMP), with a grain below which it stays serial.
+// parallel_for over an index range on troupe's CPU thread pool, with a grain below which it stays serial.
 #pragma once
 
 #include <cstdint>
