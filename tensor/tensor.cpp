@@ -145,6 +145,19 @@ Tensor Tensor::detach() const {
   return Tensor(impl);
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  if (!defined() || !src.defined()) throw std::invalid_argument("[set_data] both tensors must be defined");
+  if (is_same(src)) return;
+  const TensorImpl& s = *src.impl_;
+  impl_->storage = s.storage;
+  impl_->sizes = s.sizes;
+  impl_->strides = s.strides;
+  impl_->offset = s.offset;
+  impl_->dtype = s.dtype;
+  impl_->view_base = nullptr;  // an alias of src's data, not a view in the autograd sense (as .data =)
+  impl_->refresh();
+}
+
 Tensor& Tensor::detach_() {
   auto* m = autograd::meta_or_null(*this);
   if (m) {

@@ -119,6 +119,9 @@ class Tensor {
                 bool create_graph = false, const std::vector<Tensor>& inputs = {}) const;
   /// A tensor sharing this one's data, outside the graph.
   Tensor detach() const;
+  /// Makes this tensor use `src`'s storage, geometry and dtype, keeping its identity and autograd
+  /// state (PyTorch's `t.data = src`; how Module::to keeps parameters the same objects).
+  void set_data(const Tensor& src) const;
   Tensor& detach_();
   /// Makes a non-leaf keep its .grad after backward.
   void retain_grad() const;

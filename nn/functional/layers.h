@@ -1,0 +1,10 @@
+// nn::functional for the layers: linear, activations, dropout, embedding, conv, pooling, normalization.
+#pragma once
+
+#include <troupe/nn/functional/activation.h>
+#include <troupe/nn/functional/conv.h>
+#include <troupe/nn/functional/dropout.h>
+#include <troupe/nn/functional/embedding.h>
+#include <troupe/nn/functional/linear.h>
+#include <troupe/nn/functional/normalization.h>
+#include <troupe/nn/functional/pooling.h>
