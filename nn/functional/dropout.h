@@ -1,2 +1,12 @@
-// placeholder: being written
+// nn::functional dropout (torch.nn.functional.dropout).
 #pragma once
+
+#include <troupe/tensor/tensor.h>
+
+namespace troupe::nn::functional {
+
+/// In training, zeroes each element with probability p (a Bernoulli(1 - p) mask drawn as PyTorch's
+/// CPU kernel does) and scales the rest by 1 / (1 - p); the input itself when not training.
+Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, bool inplace = false);
+
+}  // namespace troupe::nn::functional

@@ -1,2 +1,19 @@
-// placeholder: being written
+// nn::functional embedding (torch.nn.functional.embedding).
 #pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <troupe/tensor/tensor.h>
+
+namespace troupe::nn::functional {
+
+/// Rows of weight (num_embeddings, embedding_dim) picked by the integer tensor input (*) ->
+/// (*, embedding_dim). padding_idx's row gets no gradient; max_norm renormalises (in place, without
+/// history) each looked-up row whose norm_type-norm exceeds it; scale_grad_by_freq divides each
+/// row's gradient by the number of times it occurs in input. sparse=true is not supported.
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0,
+                 bool scale_grad_by_freq = false, bool sparse = false);
+
+}  // namespace troupe::nn::functional

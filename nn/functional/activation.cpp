@@ -1,0 +1,78 @@
+// nn::functional activations: thin compositions of the tensor library's ops, plus the in-place forms
+// and the legacy implicit softmax dim.
+#include <troupe/nn/functional/activation.h>
+
+#include <atomic>
+#include <functional>
+#include <iostream>
+
+#include <troupe/tensor/autograd.h>
+#include <troupe/tensor/ops.h>
+
+namespace troupe::nn::functional {
+
+namespace {
+
+// Writes op(input) into input and returns it. When input needs a gradient, op runs on a clone so that
+// what op saves for backward is not the tensor overwritten here (copy_ then routes the gradient).
+Tensor inplace_unary(const Tensor& input, const std::function<Tensor(const Tensor&)>& op) {
+  Tensor self = input;
+  const bool track = autograd::GradMode::is_enabled() && input.requires_grad();
+  Tensor y = op(track ? input.clone() : input);
+  self.copy_(y);
+  return self;
+}
+
+// torch.nn.functional._get_softmax_dim: 0 for 0-, 1- and 3-D inputs, else 1 (with a warning).
+int64_t softmax_dim(const char* name, const Tensor& input, std::optional<int64_t> dim) {
+  if (dim) return *dim;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    std::cerr << "UserWarning: Implicit dimension choice for " << name
+              << " has been deprecated. Change the call to include dim=X as an argument.\n";
+  const int64_t nd = input.dim();
+  return (nd == 0 || nd == 1 || nd == 3) ? 0 : 1;
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& input, bool inplace) {
+  if (inplace) {
+    Tensor self = input;
+    self.relu_();
+    return self;
+  }
+  return troupe::relu(input);
+}
+
+Tensor leaky_relu(const Tensor& input, double negative_slope, bool inplace) {
+  if (inplace)
+    return inplace_unary(input, [negative_slope](const Tensor& x) { return troupe::leaky_relu(x, negative_slope); });
+  return troupe::leaky_relu(input, negative_slope);
+}
+
+Tensor elu(const Tensor& input, double alpha, bool inplace) {
+  if (inplace) return inplace_unary(input, [alpha](const Tensor& x) { return troupe::elu(x, alpha); });
+  return troupe::elu(input, alpha);
+}
+
+Tensor gelu(const Tensor& input, const std::string& approximate) { return troupe::gelu(input, approximate); }
+
+Tensor silu(const Tensor& input, bool inplace) {
+  if (inplace) return inplace_unary(input, [](const Tensor& x) { return troupe::silu(x); });
+  return troupe::silu(input);
+}
+
+Tensor tanh(const Tensor& input) { return troupe::tanh(input); }
+
+Tensor sigmoid(const Tensor& input) { return troupe::sigmoid(input); }
+
+Tensor softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype) {
+  return troupe::softmax(input, softmax_dim("softmax", input, dim), dtype);
+}
+
+Tensor log_softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype) {
+  return troupe::log_softmax(input, softmax_dim("log_softmax", input, dim), dtype);
+}
+
+}  // namespace troupe::nn::functional

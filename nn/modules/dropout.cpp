@@ -1,0 +1,25 @@
+// Dropout (torch/nn/modules/dropout.py).
+#include <troupe/nn/modules/dropout.h>
+
+#include <stdexcept>
+
+#include <troupe/nn/functional/dropout.h>
+#include <troupe/nn/modules/python_format.h>
+
+namespace troupe::nn {
+
+Dropout::Dropout(const DropoutOptions& options_) : options(options_) {
+  const double p = options.p();
+  if (!(p >= 0.0 && p <= 1.0))
+    throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + detail::py_float(p));
+}
+
+Tensor Dropout::forward(const Tensor& input) {
+  return functional::dropout(input, options.p(), is_training(), options.inplace());
+}
+
+std::string Dropout::extra_repr() const {
+  return "p=" + detail::py_float(options.p()) + ", inplace=" + detail::py_bool(options.inplace());
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,31 @@
+// Dropout (torch.nn.Dropout).
+#pragma once
+
+#include <string>
+
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of Dropout (p = 0.5, inplace = false).
+struct DropoutOptions {
+  DropoutOptions(double p = 0.5) : p_(p) {}
+  TROUPE_ARG(double, p);
+  TROUPE_ARG(bool, inplace) = false;
+};
+
+/// In training mode zeroes each element with probability p and scales the rest by 1 / (1 - p);
+/// the identity in eval mode.
+class Dropout : public Module {
+ public:
+  /// Throws "dropout probability has to be between 0 and 1, but got {p}" for p outside [0, 1].
+  explicit Dropout(const DropoutOptions& options = {});
+  explicit Dropout(double p, bool inplace = false) : Dropout(DropoutOptions(p).inplace(inplace)) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "Dropout"; }
+  DropoutOptions options;
+};
+
+}  // namespace troupe::nn

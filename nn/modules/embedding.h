@@ -1,0 +1,69 @@
+// Embedding (torch.nn.Embedding): a lookup table of num_embeddings vectors of size embedding_dim.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of Embedding. padding_idx may be negative (counted from the end); `_weight` gives the
+/// initial table (shared, not copied) instead of the default N(0, 1) initialisation.
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
+  TROUPE_ARG(int64_t, num_embeddings);
+  TROUPE_ARG(int64_t, embedding_dim);
+  TROUPE_ARG(std::optional<int64_t>, padding_idx);
+  TROUPE_ARG(std::optional<double>, max_norm);
+  TROUPE_ARG(double, norm_type) = 2.;
+  TROUPE_ARG(bool, scale_grad_by_freq) = false;
+  /// Sparse gradients are not supported: true is rejected by the constructor.
+  TROUPE_ARG(bool, sparse) = false;
+  TROUPE_ARG(Tensor, _weight);
+  TROUPE_ARG(Device, device) = Device(kCPU);
+  /// nullopt: the default float dtype.
+  TROUPE_ARG(std::optional<ScalarType>, dtype);
+};
+
+/// Options of Embedding::from_pretrained (freeze = true: the weight does not require grad).
+struct EmbeddingFromPretrainedOptions {
+  TROUPE_ARG(bool, freeze) = true;
+  TROUPE_ARG(std::optional<int64_t>, padding_idx);
+  TROUPE_ARG(std::optional<double>, max_norm);
+  TROUPE_ARG(double, norm_type) = 2.;
+  TROUPE_ARG(bool, scale_grad_by_freq) = false;
+  TROUPE_ARG(bool, sparse) = false;
+};
+
+/// weight (num_embeddings, embedding_dim); forward maps integer indices (*) to rows (*, embedding_dim).
+class Embedding : public Module {
+ public:
+  explicit Embedding(const EmbeddingOptions& options);
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+
+  /// An Embedding whose weight is `embeddings` (2-D; shared, not copied).
+  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings,
+                                                    const EmbeddingFromPretrainedOptions& options = {});
+  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze,
+                                                    std::optional<int64_t> padding_idx = std::nullopt);
+
+  /// Checks the options, registers weight (options._weight when given) and, without _weight, calls
+  /// reset_parameters(). A negative padding_idx is stored counted from the start.
+  void reset();
+  /// PyTorch's default: weight ~ N(0, 1), the padding_idx row zero.
+  void reset_parameters();
+
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "Embedding"; }
+
+  EmbeddingOptions options;
+  Tensor weight;
+};
+
+}  // namespace troupe::nn
