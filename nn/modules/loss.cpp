@@ -1,0 +1,92 @@
+// Loss modules: each forward is the nn::functional loss with the module's options and buffers.
+#include <troupe/nn/modules/loss.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace troupe::nn {
+
+namespace F = functional;
+
+Value Loss::forward_args(const Args& args, const Kwargs& kwargs) {
+  const Value* input = args.size() > 0 ? &args[0] : nullptr;
+  const Value* target = args.size() > 1 ? &args[1] : nullptr;
+  bool ok = args.size() <= 2;
+  for (const auto& [k, v] : kwargs) {
+    const Value** slot = k == "input" ? &input : k == "target" ? &target : nullptr;
+    if (!slot || *slot) ok = false;  // an unknown keyword, or one given twice
+    else *slot = &v;
+  }
+  if (ok && input && target && input->is_tensor() && target->is_tensor())
+    return forward(input->tensor(), target->tensor());
+  std::string got;
+  auto add = [&got](const std::string& item) {
+    if (!got.empty()) got += ", ";
+    got += item;
+  };
+  for (const auto& a : args) add(a.kind());
+  for (const auto& [k, v] : kwargs) add(k + "=" + v.kind());
+  throw std::invalid_argument("[" + name() + "] forward takes (input, target) Tensors, got (" + got + ")");
+}
+
+MSELoss::MSELoss(const MSELossOptions& options_) : options(options_) { reset(); }
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  return F::mse_loss(input, target, options.reduction());
+}
+
+L1Loss::L1Loss(const L1LossOptions& options_) : options(options_) { reset(); }
+
+Tensor L1Loss::forward(const Tensor& input, const Tensor& target) {
+  return F::l1_loss(input, target, options.reduction());
+}
+
+SmoothL1Loss::SmoothL1Loss(const SmoothL1LossOptions& options_) : options(options_) { reset(); }
+
+Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+  return F::smooth_l1_loss(input, target, options.reduction(), options.beta());
+}
+
+HuberLoss::HuberLoss(const HuberLossOptions& options_) : options(options_) { reset(); }
+
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+  return F::huber_loss(input, target, options.reduction(), options.delta());
+}
+
+CrossEntropyLoss::CrossEntropyLoss(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
+
+void CrossEntropyLoss::reset() { weight = register_buffer("weight", options.weight()); }
+
+Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+  return F::cross_entropy(input, target, weight, options.ignore_index(), options.reduction(),
+                          options.label_smoothing());
+}
+
+NLLLoss::NLLLoss(const NLLLossOptions& options_) : options(options_) { reset(); }
+
+void NLLLoss::reset() { weight = register_buffer("weight", options.weight()); }
+
+Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
+  return F::nll_loss(input, target, weight, options.ignore_index(), options.reduction());
+}
+
+BCELoss::BCELoss(const BCELossOptions& options_) : options(options_) { reset(); }
+
+void BCELoss::reset() { weight = register_buffer("weight", options.weight()); }
+
+Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+  return F::binary_cross_entropy(input, target, weight, options.reduction());
+}
+
+BCEWithLogitsLoss::BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options_) : options(options_) { reset(); }
+
+void BCEWithLogitsLoss::reset() {
+  weight = register_buffer("weight", options.weight());
+  pos_weight = register_buffer("pos_weight", options.pos_weight());
+}
+
+Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
+  return F::binary_cross_entropy_with_logits(input, target, weight, pos_weight, options.reduction());
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,199 @@
+// Loss modules (torch.nn.MSELoss, CrossEntropyLoss, ...): options structs as libtorch's, forward(input,
+// target) calling nn::functional, and PyTorch's buffers: `weight` (CrossEntropyLoss, NLLLoss, BCELoss,
+// BCEWithLogitsLoss) and `pos_weight` (BCEWithLogitsLoss), None when not given.
+//
+//   auto loss_fn = std::make_shared<nn::CrossEntropyLoss>(nn::CrossEntropyLossOptions().label_smoothing(0.1));
+//   Tensor loss = (*loss_fn)(logits, labels);
+//
+// Losses create no tensors, so unlike the layers' options theirs have no device / dtype; a given
+// weight moves with Module::to like any buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <troupe/nn/functional/loss.h>
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+// ------------------------------------------------------------------ options
+
+struct MSELossOptions {
+  MSELossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  TROUPE_ARG(Reduction, reduction);
+};
+
+struct L1LossOptions {
+  L1LossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  TROUPE_ARG(Reduction, reduction);
+};
+
+struct SmoothL1LossOptions {
+  SmoothL1LossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  TROUPE_ARG(Reduction, reduction);
+  /// Where the loss turns from quadratic to linear; 0 gives L1Loss.
+  TROUPE_ARG(double, beta) = 1.0;
+};
+
+struct HuberLossOptions {
+  HuberLossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  TROUPE_ARG(Reduction, reduction);
+  /// Where the loss turns from quadratic to delta-scaled linear; must be positive.
+  TROUPE_ARG(double, delta) = 1.0;
+};
+
+struct CrossEntropyLossOptions {
+  /// Per-class rescaling weights (C); undefined = all 1.
+  TROUPE_ARG(Tensor, weight);
+  /// Targets with this class index are ignored (indices only).
+  TROUPE_ARG(int64_t, ignore_index) = -100;
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+  /// In [0, 1]: the weight of the uniform distribution mixed into the target.
+  TROUPE_ARG(double, label_smoothing) = 0.0;
+};
+
+struct NLLLossOptions {
+  TROUPE_ARG(Tensor, weight);
+  TROUPE_ARG(int64_t, ignore_index) = -100;
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+struct BCELossOptions {
+  /// Rescaling weight broadcast to the target's shape; undefined = 1.
+  TROUPE_ARG(Tensor, weight);
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+struct BCEWithLogitsLossOptions {
+  TROUPE_ARG(Tensor, weight);
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+  /// Weight of the positive examples, broadcast against the last dim (usually (C)); undefined = 1.
+  TROUPE_ARG(Tensor, pos_weight);
+};
+
+// ------------------------------------------------------------------ base
+
+/// Base of the loss modules (PyTorch's _Loss): forward(input, target) and the two-tensor call.
+class Loss : public Module {
+ public:
+  using Module::forward;
+  using Module::operator();
+  /// The loss of `input` against `target`.
+  virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
+  /// Runs call({input, target}) (hooks included) and returns the loss.
+  Tensor operator()(const Tensor& input, const Tensor& target) { return call({input, target}).tensor(); }
+  /// Accepts (input, target) given positionally or as the keywords "input" / "target".
+  Value forward_args(const Args& args, const Kwargs& kwargs) override;
+};
+
+// ------------------------------------------------------------------ losses
+
+/// Mean squared error (squared L2 norm) between each element of input and target.
+class MSELoss : public Loss {
+ public:
+  explicit MSELoss(const MSELossOptions& options = {});
+  void reset() {}
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "MSELoss"; }
+
+  MSELossOptions options;
+};
+
+/// Mean absolute error between each element of input and target.
+class L1Loss : public Loss {
+ public:
+  explicit L1Loss(const L1LossOptions& options = {});
+  void reset() {}
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "L1Loss"; }
+
+  L1LossOptions options;
+};
+
+/// Squared error below beta, absolute error (less beta / 2) above it, the quadratic part divided by beta.
+class SmoothL1Loss : public Loss {
+ public:
+  explicit SmoothL1Loss(const SmoothL1LossOptions& options = {});
+  void reset() {}
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "SmoothL1Loss"; }
+
+  SmoothL1LossOptions options;
+};
+
+/// Half the squared error below delta, delta-scaled absolute error above it.
+class HuberLoss : public Loss {
+ public:
+  explicit HuberLoss(const HuberLossOptions& options = {});
+  void reset() {}
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "HuberLoss"; }
+
+  HuberLossOptions options;
+};
+
+/// Cross entropy between logits and class indices or class probabilities (log_softmax + NLLLoss).
+class CrossEntropyLoss : public Loss {
+ public:
+  explicit CrossEntropyLoss(const CrossEntropyLossOptions& options = {});
+  /// Registers the buffer "weight" (None when options.weight() is undefined).
+  void reset();
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "CrossEntropyLoss"; }
+
+  CrossEntropyLossOptions options;
+  /// The "weight" buffer.
+  Tensor weight;
+};
+
+/// Negative log likelihood of log-probabilities at class-index targets.
+class NLLLoss : public Loss {
+ public:
+  explicit NLLLoss(const NLLLossOptions& options = {});
+  /// Registers the buffer "weight" (None when options.weight() is undefined).
+  void reset();
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "NLLLoss"; }
+
+  NLLLossOptions options;
+  Tensor weight;
+};
+
+/// Binary cross entropy between probabilities and targets.
+class BCELoss : public Loss {
+ public:
+  explicit BCELoss(const BCELossOptions& options = {});
+  /// Registers the buffer "weight" (None when options.weight() is undefined).
+  void reset();
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "BCELoss"; }
+
+  BCELossOptions options;
+  Tensor weight;
+};
+
+/// Sigmoid + binary cross entropy in one numerically stable expression, with optional pos_weight.
+class BCEWithLogitsLoss : public Loss {
+ public:
+  explicit BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options = {});
+  /// Registers the buffers "weight" and "pos_weight" (None when not given).
+  void reset();
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "BCEWithLogitsLoss"; }
+
+  BCEWithLogitsLossOptions options;
+  Tensor weight;
+  Tensor pos_weight;
+};
+
+}  // namespace troupe::nn
