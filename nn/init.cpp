@@ -240,4 +240,41 @@ Tensor orthogonal_(Tensor tensor, double gain) {
   return tensor;
 }
 
+Tensor dirac_(Tensor tensor, int64_t groups) {
+  check_defined(tensor, "dirac_");
+  const int64_t dims = tensor.dim();
+  if (dims < 3 || dims > 5) throw std::invalid_argument("Only tensors with 3, 4, or 5 dimensions are supported");
+  if (groups <= 0 || tensor.size(0) % groups != 0) throw std::invalid_argument("dim 0 must be divisible by groups");
+  if (initialization_skipped()) return tensor;
+  NoGradGuard no_grad;
+  const int64_t out_chans_per_grp = tensor.size(0) / groups;
+  const int64_t min_dim = std::min(out_chans_per_grp, tensor.size(1));
+  tensor.zero_();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t d = 0; d < min_dim; ++d) {
+      // tensor[g * out_chans_per_grp + d, d, k2 // 2, ...] = 1
+      Tensor e = tensor.select(0, g * out_chans_per_grp + d).select(0, d);
+      for (int64_t k = 2; k < dims; ++k) e = e.select(0, tensor.size(k) / 2);
+      e.fill_(1);
+    }
+  return tensor;
+}
+
+Tensor sparse_(Tensor tensor, double sparsity, double std) {
+  check_defined(tensor, "sparse_");
+  if (tensor.dim() != 2) throw std::invalid_argument("Only tensors with 2 dimensions are supported");
+  if (initialization_skipped()) return tensor;
+  const int64_t rows = tensor.size(0), cols = tensor.size(1);
+  const auto num_zeros = static_cast<int64_t>(std::ceil(sparsity * static_cast<double>(rows)));
+  NoGradGuard no_grad;
+  tensor.normal_(0, std);
+  for (int64_t c = 0; c < cols; ++c) {
+    // the first num_zeros rows of a random permutation, as PyTorch (one randperm per column)
+    const std::vector<int64_t> perm = randperm(rows).to_vector<int64_t>();
+    Tensor column = tensor.select(1, c);
+    for (int64_t i = 0; i < std::min(num_zeros, rows); ++i) column.select(0, perm[static_cast<size_t>(i)]).fill_(0);
+  }
+  return tensor;
+}
+
 }  // namespace troupe::nn::init

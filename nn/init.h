@@ -50,5 +50,9 @@ Tensor kaiming_normal_(Tensor tensor, double a = 0, const FanMode& mode = "fan_i
                        const Nonlinearity& nonlinearity = "leaky_relu");
 /// A (semi-)orthogonal matrix from the QR decomposition of a normal matrix, times gain.
 Tensor orthogonal_(Tensor tensor, double gain = 1.0);
+/// The Dirac delta of a 3-, 4- or 5-D convolution weight (each of `groups` groups keeps identity).
+Tensor dirac_(Tensor tensor, int64_t groups = 1);
+/// A 2-D tensor from N(0, std^2) with a fraction `sparsity` of each column's entries zeroed.
+Tensor sparse_(Tensor tensor, double sparsity, double std = 0.01);
 
 }  // namespace troupe::nn::init

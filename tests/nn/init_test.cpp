@@ -165,6 +165,23 @@ TEST(NnInit, EyeConstantOnesZeros) {
   EXPECT_TRUE(equal(init::constant_(i, 7), full({4}, 7, TensorOptions().dtype(kInt64))));
 }
 
+TEST(NnInit, DiracAndSparseMatchPyTorch) {
+  EXPECT_TRUE(tensors_close(seeded(0, {4, 3, 5}, [](Tensor& w) { init::dirac_(w); }), fx().get("init_dirac_3d"), 0, 0));
+  EXPECT_TRUE(tensors_close(seeded(0, {6, 2, 3, 3}, [](Tensor& w) { init::dirac_(w, 2); }),
+                            fx().get("init_dirac_groups"), 0, 0));
+  EXPECT_TRUE(tensors_close(seeded(0, {2, 3, 1, 2, 3}, [](Tensor& w) { init::dirac_(w); }),
+                            fx().get("init_dirac_5d"), 0, 0));
+  EXPECT_TRUE(tensors_close(seeded(0, {5, 4}, [](Tensor& w) { init::sparse_(w, 0.3); }),
+                            fx().get("init_sparse_a"), 0, 0));
+  EXPECT_TRUE(tensors_close(seeded(1, {10, 6}, [](Tensor& w) { init::sparse_(w, 0.5, 1.0); }),
+                            fx().get("init_sparse_b"), 0, 0));
+  expect_error<std::invalid_argument>([] { init::dirac_(empty({3, 3})); },
+                                      "Only tensors with 3, 4, or 5 dimensions are supported");
+  expect_error<std::invalid_argument>([] { init::dirac_(empty({3, 3, 3}), 2); }, "dim 0 must be divisible by groups");
+  expect_error<std::invalid_argument>([] { init::sparse_(empty({3}), 0.1); },
+                                      "Only tensors with 2 dimensions are supported");
+}
+
 TEST(NnInit, RunsWithoutRecordingHistoryAndReturnsItsArgument) {
   Tensor w = empty({4, 3}).requires_grad_(true);  // a parameter: in-place ops on it need no_grad
   EXPECT_TRUE(init::uniform_(w).is_same(w));

@@ -107,6 +107,18 @@ TEST(NnLinear, ParametersAndShapes) {
   EXPECT_TRUE(tensors_close(y, matmul(x, l->weight.t()) + l->bias, 1e-5, 1e-6));
 }
 
+TEST(NnLinear, ToDtypeKeepsTheParameterHandles) {
+  auto l = std::make_shared<nn::Linear>(3, 2);
+  l->to(kFloat64);
+  EXPECT_EQ(l->weight.dtype(), kFloat64);
+  EXPECT_EQ(l->bias.dtype(), kFloat64);
+  EXPECT_TRUE(l->named_parameters()["weight"].is_same(l->weight));
+  EXPECT_EQ((*l)(randn({4, 3}, TensorOptions().dtype(kFloat64))).dtype(), kFloat64);
+  EXPECT_EQ(l->state_dict().keys(), (std::vector<std::string>{"weight", "bias"}));
+  auto e = std::make_shared<nn::Embedding>(nn::EmbeddingOptions(4, 2).dtype(kFloat64));
+  EXPECT_EQ(e->weight.dtype(), kFloat64);
+}
+
 TEST(NnLinear, WrongInputFeaturesError) {
   auto l = std::make_shared<nn::Linear>(8, 3);
   const std::string e = error_of<std::invalid_argument>([&] { (*l)(randn({4, 7})); });
