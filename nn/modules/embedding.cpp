@@ -32,7 +32,7 @@ void Embedding::reset() {
     const Tensor& w = options._weight();
     if (w.dim() != 2 || w.size(0) != n || w.size(1) != d)
       throw std::invalid_argument("Shape of weight does not match num_embeddings and embedding_dim");
-    weight = register_parameter("weight", w);
+    weight = register_parameter("weight", Parameter(w));  // shares w's data, as nn.Parameter(_weight)
   } else {
     TensorOptions opts = TensorOptions().device(options.device());
     if (options.dtype()) opts = opts.dtype(*options.dtype());

@@ -455,8 +455,11 @@ TEST(NnEmbedding, FromPretrained) {
   EXPECT_EQ(e->repr(), "Embedding(3, 2)");
   EXPECT_TRUE(equal((*e)(tensor({2, 0})), tensor({5.0f, 6.0f, 1.0f, 2.0f}).reshape({2, 2})));
   // the padding row keeps its values (no re-initialisation), but gets no gradient
-  auto t = nn::Embedding::from_pretrained(table.clone(), /*freeze=*/false, /*padding_idx=*/1);
+  Tensor table2 = table.clone();
+  auto t = nn::Embedding::from_pretrained(table2, /*freeze=*/false, /*padding_idx=*/1);
   EXPECT_TRUE(t->weight.requires_grad());
+  EXPECT_FALSE(table2.requires_grad());  // the parameter is a new leaf sharing table2's data
+  EXPECT_EQ(t->weight.data_ptr(), table2.data_ptr());
   EXPECT_TRUE(equal(t->weight.detach()[1], tensor({3.0f, 4.0f})));
   (*t)(tensor({1, 0})).sum().backward();
   EXPECT_TRUE(equal(t->weight.grad(), tensor({1.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f}).reshape({3, 2})));
