@@ -1,0 +1,94 @@
+// BatchNorm1d and BatchNorm2d (torch.nn.BatchNorm1d / BatchNorm2d): batch normalisation with running
+// statistics.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of the BatchNorm layers: `BatchNormOptions(16).momentum(std::nullopt)`.
+struct BatchNormOptions {
+  BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
+  TROUPE_ARG(int64_t, num_features);
+  TROUPE_ARG(double, eps) = 1e-5;
+  /// Weight of the batch statistics in the running averages; nullopt: the cumulative moving average
+  /// (factor 1 / num_batches_tracked).
+  TROUPE_ARG(std::optional<double>, momentum) = 0.1;
+  /// Learnable weight (ones) and bias (zeros) of num_features elements.
+  TROUPE_ARG(bool, affine) = true;
+  /// Keep running_mean / running_var / num_batches_tracked (else they are None and batch statistics are
+  /// used in eval mode too).
+  TROUPE_ARG(bool, track_running_stats) = true;
+  TROUPE_ARG(Device, device) = Device(kCPU);
+  TROUPE_ARG(std::optional<ScalarType>, dtype);
+};
+
+/// What BatchNorm1d and BatchNorm2d share (PyTorch's _BatchNorm); they differ in the input dims accepted.
+class BatchNormBase : public Module {
+ public:
+  explicit BatchNormBase(const BatchNormOptions& options);
+
+  /// Registers weight, bias, running_mean, running_var, num_batches_tracked and initialises them.
+  void reset();
+  /// running_mean = 0, running_var = 1, num_batches_tracked = 0 (when tracked).
+  void reset_running_stats();
+  /// reset_running_stats(); weight = ones, bias = zeros.
+  void reset_parameters();
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  BatchNormOptions options;
+  /// Undefined without affine.
+  Tensor weight;
+  Tensor bias;
+  /// Undefined without track_running_stats.
+  Tensor running_mean;
+  Tensor running_var;
+  /// int64 scalar: training batches seen.
+  Tensor num_batches_tracked;
+
+ protected:
+  /// Throws PyTorch's ValueError text for an input of the wrong dims.
+  virtual void check_input_dim(const Tensor& input) const = 0;
+};
+
+/// Batch normalisation over (N, C) or (N, C, L) input.
+class BatchNorm1d : public BatchNormBase {
+ public:
+  explicit BatchNorm1d(const BatchNormOptions& options) : BatchNormBase(options) {}
+  BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
+              bool track_running_stats = true)
+      : BatchNormBase(BatchNormOptions(num_features)
+                          .eps(eps)
+                          .momentum(momentum)
+                          .affine(affine)
+                          .track_running_stats(track_running_stats)) {}
+  std::string name() const override { return "BatchNorm1d"; }
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+/// Batch normalisation over (N, C, H, W) input.
+class BatchNorm2d : public BatchNormBase {
+ public:
+  explicit BatchNorm2d(const BatchNormOptions& options) : BatchNormBase(options) {}
+  BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
+              bool track_running_stats = true)
+      : BatchNormBase(BatchNormOptions(num_features)
+                          .eps(eps)
+                          .momentum(momentum)
+                          .affine(affine)
+                          .track_running_stats(track_running_stats)) {}
+  std::string name() const override { return "BatchNorm2d"; }
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+}  // namespace troupe::nn

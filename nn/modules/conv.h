@@ -1,0 +1,61 @@
+// Conv2d (torch.nn.Conv2d): 2-D convolution layer with PyTorch's options, default initialisation and
+// printed form.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <troupe/nn/expanding_array.h>
+#include <troupe/nn/functional/conv.h>
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of Conv2d: `Conv2dOptions(3, 16, 3).stride(2).padding(1).bias(false)`.
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TROUPE_ARG(int64_t, in_channels);
+  TROUPE_ARG(int64_t, out_channels);
+  TROUPE_ARG(ExpandingArray<2>, kernel_size);
+  TROUPE_ARG(ExpandingArray<2>, stride) = 1;
+  /// ints, or "valid" / "same" (stride 1 only).
+  TROUPE_ARG(Conv2dPadding, padding) = 0;
+  TROUPE_ARG(ExpandingArray<2>, dilation) = 1;
+  TROUPE_ARG(int64_t, groups) = 1;
+  TROUPE_ARG(bool, bias) = true;
+  /// "zeros", "reflect", "replicate" or "circular".
+  TROUPE_ARG(std::string, padding_mode) = "zeros";
+  TROUPE_ARG(Device, device) = Device(kCPU);
+  TROUPE_ARG(std::optional<ScalarType>, dtype);
+};
+
+/// Applies a 2-D convolution over (N, C_in, H, W) or (C_in, H, W) input.
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride = 1,
+         Conv2dPadding padding = 0, ExpandingArray<2> dilation = 1, int64_t groups = 1, bool bias = true,
+         std::string padding_mode = "zeros");
+
+  /// Registers weight (C_out, C_in/groups, kH, kW) and bias (C_out) and initialises them.
+  void reset();
+  /// PyTorch's default: kaiming_uniform_(weight, a=sqrt(5)); bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  void reset_parameters();
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "Conv2d"; }
+
+  Conv2dOptions options;
+  Tensor weight;
+  /// Undefined when options.bias() is false.
+  Tensor bias;
+
+ private:
+  /// The padding for F.pad when padding_mode is not "zeros": (left, right, top, bottom).
+  std::array<int64_t, 4> reversed_padding_repeated_twice_{};
+};
+
+}  // namespace troupe::nn

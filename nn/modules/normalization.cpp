@@ -1,0 +1,48 @@
+// LayerNorm over F::layer_norm.
+#include <troupe/nn/modules/normalization.h>
+
+#include <troupe/nn/functional/normalization.h>
+#include <troupe/nn/init.h>
+#include <troupe/nn/modules/python_format.h>
+#include <troupe/tensor/ops.h>
+
+namespace troupe::nn {
+
+LayerNorm::LayerNorm(const LayerNormOptions& options_) : options(options_) { reset(); }
+
+LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine)
+    : LayerNorm(LayerNormOptions(std::move(normalized_shape)).eps(eps).elementwise_affine(elementwise_affine)) {}
+
+LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine)
+    : LayerNorm(std::vector<int64_t>{normalized_shape}, eps, elementwise_affine) {}
+
+void LayerNorm::reset() {
+  const auto& o = options;
+  if (o.elementwise_affine()) {
+    TensorOptions topts = TensorOptions().device(o.device());
+    if (o.dtype()) topts = topts.dtype(*o.dtype());
+    weight = register_parameter("weight", empty(o.normalized_shape(), topts));
+    bias = register_parameter("bias", empty(o.normalized_shape(), topts));
+  } else {
+    weight = register_parameter("weight", Tensor());
+    bias = register_parameter("bias", Tensor());
+  }
+  reset_parameters();
+}
+
+void LayerNorm::reset_parameters() {
+  if (initialization_skipped() || !options.elementwise_affine()) return;
+  init::ones_(weight);
+  init::zeros_(bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& input) {
+  return functional::layer_norm(input, options.normalized_shape(), weight, bias, options.eps());
+}
+
+std::string LayerNorm::extra_repr() const {
+  return detail::py_tuple(options.normalized_shape()) + ", eps=" + detail::py_float(options.eps()) +
+         ", elementwise_affine=" + detail::py_bool(options.elementwise_affine());
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,46 @@
+// LayerNorm (torch.nn.LayerNorm): normalisation over the trailing dims, with an elementwise affine map.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of LayerNorm: `LayerNormOptions({2, 3}).eps(1e-6)`.
+struct LayerNormOptions {
+  LayerNormOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  TROUPE_ARG(std::vector<int64_t>, normalized_shape);
+  TROUPE_ARG(double, eps) = 1e-5;
+  /// Learnable weight (ones) and bias (zeros) of shape normalized_shape.
+  TROUPE_ARG(bool, elementwise_affine) = true;
+  TROUPE_ARG(Device, device) = Device(kCPU);
+  TROUPE_ARG(std::optional<ScalarType>, dtype);
+};
+
+/// Applies layer normalisation over the last len(normalized_shape) dims of the input.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(const LayerNormOptions& options);
+  LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  /// One trailing dim of this size (PyTorch's LayerNorm(4)).
+  LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+
+  /// Registers weight and bias (None without elementwise_affine) and initialises them.
+  void reset();
+  /// weight = ones, bias = zeros.
+  void reset_parameters();
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "LayerNorm"; }
+
+  LayerNormOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+
+}  // namespace troupe::nn

@@ -1,0 +1,77 @@
+// MaxPool2d and AvgPool2d (torch.nn.MaxPool2d / AvgPool2d): parameterless pooling layers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include <troupe/nn/expanding_array.h>
+#include <troupe/nn/module.h>
+#include <troupe/nn/options.h>
+
+namespace troupe::nn {
+
+/// Options of MaxPool2d; stride defaults to kernel_size (PyTorch's stride=None).
+struct MaxPool2dOptions {
+  MaxPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
+  TROUPE_ARG(ExpandingArray<2>, kernel_size);
+  TROUPE_ARG(ExpandingArray<2>, stride);
+  TROUPE_ARG(ExpandingArray<2>, padding) = 0;
+  TROUPE_ARG(ExpandingArray<2>, dilation) = 1;
+  /// Calling the module returns (output, indices).
+  TROUPE_ARG(bool, return_indices) = false;
+  TROUPE_ARG(bool, ceil_mode) = false;
+};
+
+/// 2-D max pooling over (N, C, H, W) or (C, H, W) input.
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(const MaxPool2dOptions& options);
+  MaxPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
+            ExpandingArray<2> padding = 0, ExpandingArray<2> dilation = 1, bool return_indices = false,
+            bool ceil_mode = false);
+
+  /// The pooled output (without the indices, whatever return_indices says).
+  Tensor forward(const Tensor& input) override;
+  /// (output, indices), as the module returns with return_indices.
+  std::tuple<Tensor, Tensor> forward_with_indices(const Tensor& input);
+  /// One tensor argument; returns a (output, indices) tuple when return_indices, else the output.
+  Value forward_args(const Args& args, const Kwargs& kwargs) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "MaxPool2d"; }
+  using Module::forward;
+  using Module::operator();
+
+  MaxPool2dOptions options;
+};
+
+/// Options of AvgPool2d; stride defaults to kernel_size (PyTorch's stride=None).
+struct AvgPool2dOptions {
+  AvgPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
+  TROUPE_ARG(ExpandingArray<2>, kernel_size);
+  TROUPE_ARG(ExpandingArray<2>, stride);
+  TROUPE_ARG(ExpandingArray<2>, padding) = 0;
+  TROUPE_ARG(bool, ceil_mode) = false;
+  /// Count the zero padding in the divisor.
+  TROUPE_ARG(bool, count_include_pad) = true;
+  /// Divide by this instead of the window size.
+  TROUPE_ARG(std::optional<int64_t>, divisor_override);
+};
+
+/// 2-D average pooling over (N, C, H, W) or (C, H, W) input.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(const AvgPool2dOptions& options);
+  AvgPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
+            ExpandingArray<2> padding = 0, bool ceil_mode = false, bool count_include_pad = true,
+            std::optional<int64_t> divisor_override = std::nullopt);
+
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "AvgPool2d"; }
+
+  AvgPool2dOptions options;
+};
+
+}  // namespace troupe::nn
