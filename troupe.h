@@ -8,7 +8,7 @@
 #include "tensor/indexing.h"
 #include "tensor/gradcheck.h"
 
-// Later layers:
-// #include "nn/nn.h"
+// Layer: nn (Module tree, layers, losses, init, checkpoints)
+#include "nn/nn.h"
 // #include "comm/comm.h"
 // #include "actors/actors.h"

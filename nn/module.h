@@ -239,23 +239,28 @@ class Module : public std::enable_shared_from_this<Module> {
   /// hook(module, args) -> nullopt or replacement args (a Tensor or Value is wrapped into Args);
   /// or hook(module, args, kwargs) -> nullopt or (args, kwargs).
   template <class F>
+    requires(!std::is_convertible_v<F, std::string>)
   RemovableHandle register_forward_pre_hook(F&& hook, bool prepend = false);
   RemovableHandle register_forward_pre_hook(const std::string& registered_hook, bool prepend = false);
   /// hook(module, args, output) -> nullopt or replacement output; or hook(module, args, kwargs, output).
   template <class F>
+    requires(!std::is_convertible_v<F, std::string>)
   RemovableHandle register_forward_hook(F&& hook, HookOptions options = {});
   RemovableHandle register_forward_hook(const std::string& registered_hook, HookOptions options = {});
   /// hook(module, grad_output) -> nullopt or replacement grad_output (same count).
   template <class F>
+    requires(!std::is_convertible_v<F, std::string>)
   RemovableHandle register_full_backward_pre_hook(F&& hook, bool prepend = false);
   RemovableHandle register_full_backward_pre_hook(const std::string& registered_hook, bool prepend = false);
   /// hook(module, grad_input, grad_output) -> nullopt or replacement grad_input (same count).
   template <class F>
+    requires(!std::is_convertible_v<F, std::string>)
   RemovableHandle register_full_backward_hook(F&& hook, bool prepend = false);
   RemovableHandle register_full_backward_hook(const std::string& registered_hook, bool prepend = false);
   /// Legacy: hook on the grad_fn of the output; grad_input/grad_output are that node's (deprecated in
   /// PyTorch in favour of register_full_backward_hook). Can't be mixed with full backward hooks.
   template <class F>
+    requires(!std::is_convertible_v<F, std::string>)
   RemovableHandle register_backward_hook(F&& hook);
   RemovableHandle register_backward_hook(const std::string& registered_hook);
   /// hook(module, prefix, keep_vars), called before this module's state_dict entries are written.
@@ -366,6 +371,7 @@ const LoadStateDictPostHook& load_state_dict_post_hook(const std::string& name);
 // ---- template definitions
 
 template <class F>
+  requires(!std::is_convertible_v<F, std::string>)
 RemovableHandle Module::register_forward_pre_hook(F&& hook, bool prepend) {
   if constexpr (std::is_invocable_v<F&, Module&, const Args&, const Kwargs&>) {
     using R = std::invoke_result_t<F&, Module&, const Args&, const Kwargs&>;
@@ -405,6 +411,7 @@ RemovableHandle Module::register_forward_pre_hook(F&& hook, bool prepend) {
 }
 
 template <class F>
+  requires(!std::is_convertible_v<F, std::string>)
 RemovableHandle Module::register_forward_hook(F&& hook, HookOptions options) {
   if constexpr (std::is_invocable_v<F&, Module&, const Args&, const Kwargs&, const Value&>) {
     using R = std::invoke_result_t<F&, Module&, const Args&, const Kwargs&, const Value&>;
@@ -453,6 +460,7 @@ BackwardHook wrap_grad_hook(F&& hook) {
 }  // namespace detail
 
 template <class F>
+  requires(!std::is_convertible_v<F, std::string>)
 RemovableHandle Module::register_full_backward_pre_hook(F&& hook, bool prepend) {
   static_assert(std::is_invocable_v<F&, Module&, const std::vector<Tensor>&>,
                 "backward pre-hook must be callable as hook(Module&, const std::vector<Tensor>& grad_output)");
@@ -470,6 +478,7 @@ RemovableHandle Module::register_full_backward_pre_hook(F&& hook, bool prepend) 
 }
 
 template <class F>
+  requires(!std::is_convertible_v<F, std::string>)
 RemovableHandle Module::register_full_backward_hook(F&& hook, bool prepend) {
   static_assert(std::is_invocable_v<F&, Module&, const std::vector<Tensor>&, const std::vector<Tensor>&>,
                 "backward hook must be callable as hook(Module&, grad_input, grad_output)");
@@ -477,6 +486,7 @@ RemovableHandle Module::register_full_backward_hook(F&& hook, bool prepend) {
 }
 
 template <class F>
+  requires(!std::is_convertible_v<F, std::string>)
 RemovableHandle Module::register_backward_hook(F&& hook) {
   static_assert(std::is_invocable_v<F&, Module&, const std::vector<Tensor>&, const std::vector<Tensor>&>,
                 "backward hook must be callable as hook(Module&, grad_input, grad_output)");

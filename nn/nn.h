@@ -1,0 +1,19 @@
+// troupe::nn umbrella: the Module tree, containers, layers, losses, functional, init, checkpoints.
+#pragma once
+
+#include <troupe/nn/functional.h>
+#include <troupe/nn/init.h>
+#include <troupe/nn/module.h>
+#include <troupe/nn/modules/activation.h>
+#include <troupe/nn/modules/batchnorm.h>
+#include <troupe/nn/modules/container.h>
+#include <troupe/nn/modules/conv.h>
+#include <troupe/nn/modules/dropout.h>
+#include <troupe/nn/modules/embedding.h>
+#include <troupe/nn/modules/linear.h>
+#include <troupe/nn/modules/loss.h>
+#include <troupe/nn/modules/normalization.h>
+#include <troupe/nn/modules/pooling.h>
+#include <troupe/nn/registry.h>
+#include <troupe/nn/safetensors.h>
+#include <troupe/nn/serialize.h>
