@@ -12,11 +12,11 @@ gen=()
 cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_SANITIZE=OFF -DTROUPE_BUILD_EXAMPLES=ON
 
 demo=""
-for candidate in train_digits tensor_tour; do
+for candidate in train_digits module_tour tensor_tour; do
   if [[ -f "examples/$candidate.cpp" ]]; then demo=$candidate; break; fi
 done
 if [[ -z $demo ]]; then
-  echo "demo.sh: neither examples/train_digits.cpp nor examples/tensor_tour.cpp exists" >&2
+  echo "demo.sh: none of examples/{train_digits,module_tour,tensor_tour}.cpp exists" >&2
   exit 1
 fi
 

@@ -718,8 +718,11 @@ Tensor dropout(const Tensor& x, double p, bool train) {
   Tensor noise;
   {
     NoGradGuard ng;
-    noise = lt(rand_like(x, x.options().dtype(kFloat32)), 1.0 - p).to(x.dtype());
-    noise = mul(noise, 1.0 / (1.0 - p));
+    // as ATen's CPU _dropout_impl: a Bernoulli(1 - p) mask in x's dtype (double draws), divided by 1 - p;
+    // the same bits as torch.nn.functional.dropout after the same manual_seed
+    noise = empty_like(x);
+    noise.bernoulli_(1.0 - p);
+    noise.div_(1.0 - p);
   }
   return mul(x, noise);  // MulBackward0, as PyTorch's CPU dropout
 }
