@@ -125,6 +125,41 @@ Module::Module() = default;
 Module::Module(std::string name) : name_override_(std::move(name)) {}
 Module::~Module() = default;
 
+Module::Module(const Module& o)
+    : std::enable_shared_from_this<Module>(),
+      training_(o.training_),
+      parameters_(o.parameters_),
+      buffers_(o.buffers_),
+      non_persistent_buffers_(o.non_persistent_buffers_),
+      children_(o.children_),
+      name_override_(o.name_override_),
+      forward_pre_hooks_(o.forward_pre_hooks_),
+      forward_hooks_(o.forward_hooks_),
+      backward_pre_hooks_(o.backward_pre_hooks_),
+      backward_hooks_(o.backward_hooks_),
+      legacy_backward_hooks_(o.legacy_backward_hooks_),
+      state_dict_pre_hooks_(o.state_dict_pre_hooks_),
+      load_post_hooks_(o.load_post_hooks_),
+      alive_(std::make_shared<int>(0)) {}
+
+Module& Module::operator=(const Module& o) {
+  if (this == &o) return *this;
+  training_ = o.training_;
+  parameters_ = o.parameters_;
+  buffers_ = o.buffers_;
+  non_persistent_buffers_ = o.non_persistent_buffers_;
+  children_ = o.children_;
+  name_override_ = o.name_override_;
+  forward_pre_hooks_ = o.forward_pre_hooks_;
+  forward_hooks_ = o.forward_hooks_;
+  backward_pre_hooks_ = o.backward_pre_hooks_;
+  backward_hooks_ = o.backward_hooks_;
+  legacy_backward_hooks_ = o.legacy_backward_hooks_;
+  state_dict_pre_hooks_ = o.state_dict_pre_hooks_;
+  load_post_hooks_ = o.load_post_hooks_;
+  return *this;  // keeps its own lifetime token
+}
+
 std::string Module::name() const {
   if (!name_override_.empty()) return name_override_;
   const char* mangled = typeid(*this).name();

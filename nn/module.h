@@ -98,8 +98,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// `name` overrides the class name used when printing.
   explicit Module(std::string name);
   virtual ~Module();
-  Module(const Module&) = default;
-  Module& operator=(const Module&) = default;
+  /// Copies the dicts (sharing the tensors and children) and the hooks; the copy gets its own
+  /// lifetime token, so hooks of either never outlive their module.
+  Module(const Module& other);
+  Module& operator=(const Module& other);
 
   // ---------------------------------------------------------------------------------------------
   // Identity and printing
