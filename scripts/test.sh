@@ -2,8 +2,9 @@
 # Configure, build and run the tests.
 #   bash scripts/test.sh [--sanitize] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
-#   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only), tensor_tests only,
-#                ctest -L tensor
+#   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
+#                TROUPE_SANITIZE_SUITES (default "tensor nn"; .ci/run sets "tensor" to fit CI's time),
+#                ctest -L <suite> for each
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,15 +40,23 @@ if [[ $sanitize == 1 ]]; then
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF \
     -DTROUPE_BUILD_EXAMPLES=OFF
-  if cmake --build "$build" --target help 2>/dev/null | grep -q '^tensor_tests:'; then
-    cmake --build "$build" -j "$jobs" --target tensor_tests
+  suites=(${TROUPE_SANITIZE_SUITES:-tensor nn})
+  targets=()
+  for suite in "${suites[@]}"; do
+    if cmake --build "$build" --target help 2>/dev/null | grep -q "^${suite}_tests:"; then
+      targets+=("${suite}_tests")
+    fi
+  done
+  if [[ ${#targets[@]} -gt 0 ]]; then
+    cmake --build "$build" -j "$jobs" --target "${targets[@]}"
   else
-    echo "test.sh: no tensor_tests target yet; building everything"
+    echo "test.sh: no ${suites[*]} test targets yet; building everything"
     cmake --build "$build" -j "$jobs"
   fi
   export ASAN_OPTIONS=detect_leaks=1
   export UBSAN_OPTIONS=print_stacktrace=1
-  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L tensor "${ctest_extra[@]}"
+  label_regex=$(IFS='|'; echo "^(${suites[*]})\$")
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "$label_regex" "${ctest_extra[@]}"
 else
   build="build"
   # shellcheck disable=SC2046
