@@ -95,12 +95,16 @@ AccumulateGrad::AccumulateGrad(const Tensor& t) : leaf(t.impl_ptr()) {
 }
 
 namespace {
-// True when nobody else can see g's memory, so .grad may take it without a copy.
+// True when nobody else can see g's memory, so .grad may take it without a copy: g is the only
+// handle, it spans its whole storage, and that storage is held by g alone, or by g and its view base
+// when nothing else holds the base (linear's weight gradient comes through w.t() as such a view).
 bool stealable(const Tensor& g) {
   auto* impl = g.impl();
-  return impl->contiguous && impl->offset == 0 && impl->view_base == nullptr &&
-         impl->storage.use_count() == 1 && g.impl_ptr().use_count() <= 2 &&
-         static_cast<size_t>(impl->numel) * element_size(impl->dtype) == impl->storage->nbytes;
+  if (!impl->contiguous || impl->offset != 0 || g.impl_ptr().use_count() != 1 ||
+      static_cast<size_t>(impl->numel) * element_size(impl->dtype) != impl->storage->nbytes)
+    return false;
+  if (impl->view_base) return impl->view_base.use_count() == 1 && impl->storage.use_count() == 2;
+  return impl->storage.use_count() == 1;
 }
 }  // namespace
 
@@ -119,8 +123,9 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
     if (GradMode::is_enabled()) {
       m.grad = g;  // create_graph: keep the graph of the gradient
     } else {
+      const bool steal = stealable(g);  // before detach(), whose handle shares the storage
       Tensor d = g.detach();
-      m.grad = stealable(g) ? d : d.clone();
+      m.grad = steal ? d : d.clone();
     }
   } else if (GradMode::is_enabled()) {
     m.grad = m.grad + g;

@@ -130,6 +130,19 @@ void check_mm_shapes(const char* op, const Tensor& a, const Tensor& b) {
                                 dims_x(a.sizes()) + " and " + dims_x(b.sizes()) + ")");
 }
 
+// Gradients of a @ b (PyTorch's mm_mat1_backward / mm_mat2_backward): for an operand that is a
+// column-major (transposed) view, the gradient is computed in column-major order too, so that, e.g.,
+// linear's weight gradient (through w.t()) comes out contiguous and .grad takes it without a copy.
+bool column_major(const Tensor& t) { return t.stride(0) == 1 && t.stride(1) == t.size(0); }
+// g @ b^T
+Tensor mm_grad_a(const Tensor& g, const Tensor& b, bool a_column_major) {
+  return a_column_major ? mm(b, g.t()).t() : mm(g, b.t());  // transposed views: gemm takes any strides
+}
+// a^T @ g
+Tensor mm_grad_b(const Tensor& g, const Tensor& a, bool b_column_major) {
+  return b_column_major ? mm(g.t(), a).t() : mm(a.t(), g);
+}
+
 }  // namespace
 
 // ============================================================ mm
@@ -143,12 +156,13 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   Tensor out = mm_forward(a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const bool a_cm = need_a && column_major(a), b_cm = need_b && column_major(b);
     autograd::record("MmBackward0", {a, b}, out,
                      [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false),
-                      need_a, need_b](const variable_list& g) {
+                      need_a, need_b, a_cm, b_cm](const variable_list& g) {
                        Tensor ga, gb;
-                       if (need_a) ga = mm(g[0], sb.unpack().t());  // transposed views: gemm takes any strides
-                       if (need_b) gb = mm(sa.unpack().t(), g[0]);
+                       if (need_a) ga = mm_grad_a(g[0], sb.unpack(), a_cm);
+                       if (need_b) gb = mm_grad_b(g[0], sa.unpack(), b_cm);
                        return variable_list{ga, gb};
                      });
   }
@@ -213,21 +227,22 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   be.gemm(out, a, b, alpha_d, beta_d);
   if (autograd::any_requires_grad({&bias, &a, &b})) {
     const bool need_bias = bias.requires_grad(), need_a = a.requires_grad(), need_b = b.requires_grad();
+    const bool a_cm = need_a && column_major(a), b_cm = need_b && column_major(b);
     autograd::record(
         "AddmmBackward0", {bias, a, b}, out,
         [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false),
-         bias_sizes = bias.sizes().vec(), need_bias, need_a, need_b, beta_d, alpha_d](const variable_list& g) {
+         bias_sizes = bias.sizes().vec(), need_bias, need_a, need_b, a_cm, b_cm, beta_d, alpha_d](const variable_list& g) {
           Tensor gbias, ga, gb;
           if (need_bias) {
             gbias = beta_d == 1 ? g[0] : mul(g[0], scalar_for(g[0].dtype(), beta_d));
             gbias = sum_to(gbias, bias_sizes);
           }
           if (need_a) {
-            ga = mm(g[0], sb.unpack().t());
+            ga = mm_grad_a(g[0], sb.unpack(), a_cm);
             if (alpha_d != 1) ga = mul(ga, scalar_for(ga.dtype(), alpha_d));
           }
           if (need_b) {
-            gb = mm(sa.unpack().t(), g[0]);
+            gb = mm_grad_b(g[0], sa.unpack(), b_cm);
             if (alpha_d != 1) gb = mul(gb, scalar_for(gb.dtype(), alpha_d));
           }
           return variable_list{gbias, ga, gb};

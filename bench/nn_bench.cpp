@@ -1,0 +1,560 @@
+// nn_bench: troupe's nn modules beside libtorch's torch::nn, in the same process, with a table of
+// ratios and targets (the harness, timing method and output of tensor_bench.cpp).
+//
+//   MLP step    nn::Sequential(Linear, ReLU, Linear, ReLU, Linear), zero_grad + forward + mse_loss +
+//               backward, small (batch 16, 32-64-64-10) and large (batch 256, 784-1024-1024-10)
+//   conv net    Conv2d(1,8,3,p1) BatchNorm2d ReLU MaxPool2d(2) Conv2d(8,16,3,p1) ReLU MaxPool2d(2)
+//               Flatten Linear(784,10), train mode, same step, on (N, 1, 28, 28) at N = 8 and 64
+//   hooks       forward through nn::Sequential of 100 Linear(4,4) (batch 1): no hooks, a forward hook
+//               on every layer, a forward pre-hook on every layer (hooks that return nothing); and the
+//               same Sequential in libtorch (which has no module hooks) for reference; with autograd
+//               recording and under no_grad
+//
+// Both sides start from the same weights (troupe's are copied into libtorch by parameter name) and
+// their losses and gradients are checked to agree before timing.
+//
+// Timing: a manual timer on std::chrono::steady_clock. Each case is warmed up, then each side gets an
+// inner repeat count so that one sample lasts at least `sample_ms`; samples of the two sides are taken
+// alternately (so that both see the same background load) and the median per call is reported.
+// ratio = peer_time / troupe_time (> 1: troupe faster), as the median over back-to-back sample pairs
+// (robust to drifts of machine speed); in the hook rows ratio = hooked_time / plain_time (troupe both).
+//
+// Flags: --quick (few samples), --threads=N, --samples=N, --filter=SUBSTR (cases whose name contains
+// SUBSTR), --strict (exit 1 when a target is missed). Google Benchmark flags (--benchmark_*) are
+// accepted and ignored, so that scripts/bench.sh can pass them to every bench.
+// Exit status: 1 when a correctness check fails (or a target is missed under --strict), else 0.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <troupe/nn/functional/loss.h>
+#include <troupe/nn/module.h>
+#include <troupe/nn/modules/activation.h>
+#include <troupe/nn/modules/batchnorm.h>
+#include <troupe/nn/modules/container.h>
+#include <troupe/nn/modules/conv.h>
+#include <troupe/nn/modules/linear.h>
+#include <troupe/nn/modules/pooling.h>
+#include <troupe/tensor/autograd.h>
+#include <troupe/tensor/ops.h>
+#include <troupe/tensor/random.h>
+#include <troupe/tensor/tensor.h>
+
+#if defined(TROUPE_HAVE_LIBTORCH)
+#include <torch/torch.h>
+#endif
+
+// OpenBLAS extension (declared in OpenBLAS's cblas.h; repeated so other CBLAS headers compile too).
+extern "C" {
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+}
+
+namespace {
+
+namespace nn = troupe::nn;
+namespace F = troupe::nn::functional;
+using Clock = std::chrono::steady_clock;
+
+// ------------------------------------------------------------------------------------------ config
+struct Config {
+  bool quick = false;
+  bool strict = false;
+  int threads = 0;
+  int samples = 15;
+  double sample_ms = 50;  // minimum length of one sample
+  double warmup_ms = 200;
+  std::string filter;
+};
+Config cfg;
+
+template <typename T>
+inline void do_not_optimize(T const& v) {
+  asm volatile("" : : "r,m"(v) : "memory");
+}
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One side of a comparison: a callable and its per-sample repeat count.
+struct Side {
+  explicit Side(std::function<void()> f) : fn(std::move(f)) {}
+  std::function<void()> fn;
+  int64_t reps = 1;
+  std::vector<double> per_call_ms;
+
+  // Runs fn until warmup_ms passed (at least twice), then sets reps from the median warm-up call.
+  void warm_and_calibrate() {
+    auto t0 = Clock::now();
+    std::vector<double> times;
+    do {
+      auto t1 = Clock::now();
+      fn();
+      times.push_back(ms_since(t1));
+    } while (times.size() < 2 || ms_since(t0) < cfg.warmup_ms);
+    times.erase(times.begin());  // the first call pays for cold caches and allocations
+    const double per_call = std::max(median(times), 1e-6);
+    reps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cfg.sample_ms / per_call)));
+  }
+  void sample() {
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < reps; ++i) fn();
+    per_call_ms.push_back(ms_since(t0) / static_cast<double>(reps));
+  }
+  double med() const { return median(per_call_ms); }
+};
+
+// Median ms per call of each side, and the median over sample pairs of b_time / a_time.
+struct Comparison {
+  double a_ms, b_ms, ratio;
+};
+
+// Times a and b with alternating samples (a b, b a, a b, ...).
+Comparison compare(std::function<void()> a, std::function<void()> b) {
+  Side sa(std::move(a)), sb(std::move(b));
+  sa.warm_and_calibrate();
+  sb.warm_and_calibrate();
+  for (int s = 0; s < cfg.samples; ++s) {
+    if (s % 2 == 0) {
+      sa.sample();
+      sb.sample();
+    } else {
+      sb.sample();
+      sa.sample();
+    }
+  }
+  std::vector<double> ratios;
+  for (size_t i = 0; i < sa.per_call_ms.size(); ++i) ratios.push_back(sb.per_call_ms[i] / sa.per_call_ms[i]);
+  return {sa.med(), sb.med(), median(ratios)};
+}
+
+[[maybe_unused]] double time_one(std::function<void()> a) {
+  Side s(std::move(a));
+  s.warm_and_calibrate();
+  for (int i = 0; i < cfg.samples; ++i) s.sample();
+  return s.med();
+}
+
+// --------------------------------------------------------------------------------------- the table
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+int misses = 0, passes = 0, check_failures = 0;
+
+std::string fmt(const char* f, double a) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+std::string fmt_time(double ms) {
+  if (ms >= 1000) return fmt("%.3f s", ms / 1000);
+  if (ms >= 1) return fmt("%.3f ms", ms);
+  return fmt("%.2f us", ms * 1000);
+}
+
+constexpr int kW0 = 58, kW1 = 26, kW2 = 26, kW3 = 7, kW4 = 8;
+
+void print_header() {
+  std::printf("%-*s | %-*s | %-*s | %*s | %-*s | %s\n", kW0, "case", kW1, "troupe", kW2, "peer", kW3, "ratio",
+              kW4, "target", "result");
+  std::printf("%s-+-%s-+-%s-+-%s-+-%s-+-%s\n", std::string(kW0, '-').c_str(), std::string(kW1, '-').c_str(),
+              std::string(kW2, '-').c_str(), std::string(kW3, '-').c_str(), std::string(kW4, '-').c_str(),
+              "------");
+}
+
+// ratio and target NaN: informative row (no target).
+void row(const std::string& name, const std::string& troupe_col, const std::string& peer_col, double ratio,
+         double target) {
+  std::string r = std::isnan(ratio) ? "-" : fmt("%.2f", ratio);
+  std::string t = std::isnan(target) ? "-" : fmt(">= %.2f", target);
+  std::string res = "info";
+  if (!std::isnan(target) && !std::isnan(ratio)) {
+    bool ok = ratio >= target;
+    res = ok ? "PASS" : "MISS";
+    (ok ? passes : misses)++;
+  }
+  std::printf("%-*s | %-*s | %-*s | %*s | %-*s | %s\n", kW0, name.c_str(), kW1, troupe_col.c_str(), kW2,
+              peer_col.c_str(), kW3, r.c_str(), kW4, t.c_str(), res.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<std::string> notes;
+void note(const std::string& s) { notes.push_back(s); }
+
+bool selected(const std::string& name) { return cfg.filter.empty() || name.find(cfg.filter) != std::string::npos; }
+
+[[maybe_unused]] const char* kNoTorch = "n/a (built without libtorch)";
+
+// ------------------------------------------------------------------------------------------ helpers
+// Normwise relative difference: max|a - b| / max(max|b|, tiny).
+[[maybe_unused]] double rel_diff(const float* a, const float* b, int64_t n) {
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::abs(double(b[i])));
+  }
+  return d / std::max(m, 1e-30);
+}
+
+troupe::Tensor t_randn(std::vector<int64_t> sizes) {
+  return troupe::randn(sizes, troupe::TensorOptions().dtype(troupe::kFloat32));
+}
+
+#if defined(TROUPE_HAVE_LIBTORCH)
+// A libtorch tensor holding a copy of a contiguous float32 troupe tensor.
+torch::Tensor to_torch(const troupe::Tensor& t) {
+  troupe::Tensor c = t.detach().contiguous();
+  std::vector<int64_t> sizes(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(c.data_ptr<float>(), sizes, torch::kFloat32).clone();
+}
+
+// Copies every parameter and buffer of `src` into the libtorch module's entry of the same dotted
+// name; false when the two name sets differ.
+bool copy_state(const nn::Module& src, torch::nn::Module& dst) {
+  torch::NoGradGuard no_grad;
+  auto tp = dst.named_parameters();
+  auto tb = dst.named_buffers();
+  auto ps = src.named_parameters();
+  auto bs = src.named_buffers();
+  if (ps.size() != tp.size() || bs.size() != tb.size()) return false;
+  for (const auto& [k, v] : ps.items()) {
+    torch::Tensor* d = tp.find(k);
+    if (!d || d->sizes() != torch::IntArrayRef(std::vector<int64_t>(v.sizes().begin(), v.sizes().end())))
+      return false;
+    d->copy_(to_torch(v));
+  }
+  for (const auto& [k, v] : bs.items()) {
+    torch::Tensor* d = tb.find(k);
+    if (!d) return false;
+    if (v.scalar_type() == troupe::kFloat32) d->copy_(to_torch(v));
+  }
+  return true;
+}
+
+// Largest normwise relative difference over the gradients of same-named parameters (inf when one
+// side has a gradient the other lacks). The denominator of each is floored at 1% of the largest
+// gradient entry of the model: a conv bias followed by BatchNorm has a zero gradient up to rounding.
+double max_grad_diff(const nn::Module& a, torch::nn::Module& b) {
+  auto ap = a.named_parameters();
+  auto tp = b.named_parameters();
+  double global = 0;
+  for (const auto& it : tp.items())
+    if (it.value().grad().defined()) global = std::max(global, it.value().grad().abs().max().item<double>());
+  double worst = 0;
+  for (const auto& [k, p] : ap.items()) {
+    torch::Tensor* q = tp.find(k);
+    if (!q) return std::numeric_limits<double>::infinity();
+    troupe::Tensor g = p.grad();
+    torch::Tensor h = q->grad();
+    if (g.defined() != h.defined()) return std::numeric_limits<double>::infinity();
+    if (!g.defined()) continue;
+    troupe::Tensor gc = g.contiguous();
+    torch::Tensor hc = h.contiguous();
+    const float* pa = gc.data_ptr<float>();
+    const float* pb = hc.data_ptr<float>();
+    double d = 0, m = 0.01 * global;
+    for (int64_t i = 0; i < gc.numel(); ++i) {
+      d = std::max(d, std::abs(double(pa[i]) - double(pb[i])));
+      m = std::max(m, std::abs(double(pb[i])));
+    }
+    worst = std::max(worst, d / std::max(m, 1e-30));
+  }
+  return worst;
+}
+
+// Runs one step on each side (from equal weights) and records the agreement of loss and gradients.
+template <typename FT, typename FP>
+void check_step(const std::string& label, nn::Module& tnet, torch::nn::Module& pnet, FT troupe_step,
+                FP torch_step) {
+  float v1 = troupe_step().template item<float>();
+  float v2 = torch_step().template item<float>();
+  double dl = std::abs(double(v1) - v2) / std::max(1e-30, std::abs(double(v2)));
+  double dg = max_grad_diff(tnet, pnet);
+  bool ok = dl <= 1e-4 && dg <= 1e-4;
+  note("check " + label + ": loss troupe " + fmt("%.6g", v1) + " libtorch " + fmt("%.6g", v2) + " (rel " +
+       fmt("%.1e", dl) + "), max grad rel " + fmt("%.1e", dg) + " over " +
+       std::to_string(tnet.named_parameters().size()) + " parameters" +
+       (ok ? "  -> OK (<= 1e-4)" : "  -> MISMATCH (> 1e-4)"));
+  if (!ok) ++check_failures;
+}
+#endif
+
+// ------------------------------------------------------------------------------------------ cases
+// MLP: Sequential(Linear(d0,d1), ReLU, Linear(d1,d2), ReLU, Linear(d2,d3)); step = zero_grad (set to
+// None on both sides) + forward + mse_loss + backward.
+void bench_mlp(const std::string& label, int64_t batch, std::vector<int64_t> d, double target) {
+  std::string name = "MLP step " + label + " b" + std::to_string(batch) + " " + std::to_string(d[0]) + "-" +
+                     std::to_string(d[1]) + "-" + std::to_string(d[2]) + "-" + std::to_string(d[3]) + " vs libtorch";
+  if (!selected(name)) return;
+  auto net = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Linear>(d[0], d[1]), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(d[1], d[2]),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(d[2], d[3]));
+  troupe::Tensor x = t_randn({batch, d[0]});
+  troupe::Tensor y = t_randn({batch, d[3]});
+  auto troupe_step = [&] {
+    net->zero_grad(true);
+    troupe::Tensor loss = F::mse_loss((*net)(x), y);
+    loss.backward();
+    return loss;
+  };
+#if defined(TROUPE_HAVE_LIBTORCH)
+  torch::nn::Sequential tnet(torch::nn::Linear(d[0], d[1]), torch::nn::ReLU(), torch::nn::Linear(d[1], d[2]),
+                             torch::nn::ReLU(), torch::nn::Linear(d[2], d[3]));
+  if (!copy_state(*net, *tnet)) {
+    ++check_failures;
+    note(name + ": parameter names or shapes differ between troupe and libtorch");
+  }
+  torch::Tensor tx = to_torch(x), ty = to_torch(y);
+  auto torch_step = [&] {
+    tnet->zero_grad(true);
+    torch::Tensor loss = torch::mse_loss(tnet->forward(tx), ty);
+    loss.backward();
+    return loss;
+  };
+  check_step(label + " MLP", *net, *tnet, troupe_step, torch_step);
+  auto [tt, tp, ratio] = compare([&] { do_not_optimize(troupe_step()); }, [&] { do_not_optimize(torch_step()); });
+  row(name, fmt_time(tt), fmt_time(tp), ratio, target);
+#else
+  double tt = time_one([&] { do_not_optimize(troupe_step()); });
+  row(name, fmt_time(tt), kNoTorch, kNaN, target);
+#endif
+}
+
+// Small conv net (MNIST-sized input), train mode; the same step as the MLP.
+void bench_convnet(const std::string& label, int64_t batch) {
+  std::string name = "conv net step " + label + " (" + std::to_string(batch) + ", 1, 28, 28) vs libtorch";
+  if (!selected(name)) return;
+  auto net = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 8, 3).padding(1)), std::make_shared<nn::BatchNorm2d>(8),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(8, 16, 3).padding(1)), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(16 * 7 * 7, 10));
+  net->train();
+  troupe::Tensor x = t_randn({batch, 1, 28, 28});
+  troupe::Tensor y = t_randn({batch, 10});
+  auto troupe_step = [&] {
+    net->zero_grad(true);
+    troupe::Tensor loss = F::mse_loss((*net)(x), y);
+    loss.backward();
+    return loss;
+  };
+#if defined(TROUPE_HAVE_LIBTORCH)
+  namespace tn = torch::nn;
+  tn::Sequential tnet(tn::Conv2d(tn::Conv2dOptions(1, 8, 3).padding(1)), tn::BatchNorm2d(8), tn::ReLU(),
+                      tn::MaxPool2d(tn::MaxPool2dOptions(2)), tn::Conv2d(tn::Conv2dOptions(8, 16, 3).padding(1)),
+                      tn::ReLU(), tn::MaxPool2d(tn::MaxPool2dOptions(2)), tn::Flatten(), tn::Linear(16 * 7 * 7, 10));
+  tnet->train();
+  if (!copy_state(*net, *tnet)) {
+    ++check_failures;
+    note(name + ": parameter/buffer names or shapes differ between troupe and libtorch");
+  }
+  torch::Tensor tx = to_torch(x), ty = to_torch(y);
+  auto torch_step = [&] {
+    tnet->zero_grad(true);
+    torch::Tensor loss = torch::mse_loss(tnet->forward(tx), ty);
+    loss.backward();
+    return loss;
+  };
+  check_step(label + " conv net", *net, *tnet, troupe_step, torch_step);
+  auto [tt, tp, ratio] = compare([&] { do_not_optimize(troupe_step()); }, [&] { do_not_optimize(torch_step()); });
+  row(name, fmt_time(tt), fmt_time(tp), ratio, kNaN);
+#else
+  double tt = time_one([&] { do_not_optimize(troupe_step()); });
+  row(name, fmt_time(tt), kNoTorch, kNaN, kNaN);
+#endif
+}
+
+// Hook machinery: forward through 100 Linear(4,4) at batch 1, with autograd recording (as in training)
+// or under no_grad (which leaves the module call path and the kernels alone).
+void bench_hooks(bool grad) {
+  const int64_t layers = 100;
+  const std::string base = std::string("hooks 100 x Linear(4,4) b1 ") + (grad ? "fwd: " : "no_grad: ");
+  std::string names[3] = {base + "none vs libtorch", base + "fwd hook / none", base + "pre-hook / none"};
+  if (!selected(names[0]) && !selected(names[1]) && !selected(names[2])) return;
+  auto make = [&] {
+    auto s = std::make_shared<nn::Sequential>();
+    for (int64_t i = 0; i < layers; ++i) s->push_back(std::make_shared<nn::Linear>(4, 4));
+    return s;
+  };
+  std::optional<troupe::NoGradGuard> no_grad;
+  if (!grad) no_grad.emplace();
+#if defined(TROUPE_HAVE_LIBTORCH)
+  std::optional<torch::NoGradGuard> torch_no_grad;
+  if (!grad) torch_no_grad.emplace();
+#endif
+  auto plain = make(), fwd = make(), pre = make();
+  int64_t calls = 0;  // the hooks count their calls, so that they are not optimised away
+  std::vector<nn::RemovableHandle> handles;
+  for (const auto& m : fwd->modules_list())
+    handles.push_back(m->register_forward_hook([&calls](nn::Module&, const nn::Args&, const nn::Value&) { ++calls; }));
+  for (const auto& m : pre->modules_list())
+    handles.push_back(m->register_forward_pre_hook([&calls](nn::Module&, const nn::Args&) { ++calls; }));
+  troupe::Tensor x = t_randn({1, 4});
+  {  // once: each hook runs once per forward, and the hooked nets compute what the plain one does
+    int64_t before = calls;
+    (*fwd)(x);
+    (*pre)(x);
+    if (calls - before != 2 * layers) {
+      ++check_failures;
+      note("hooks: expected " + std::to_string(2 * layers) + " hook calls per forward pair, got " +
+           std::to_string(calls - before));
+    }
+  }
+  auto run_plain = [&] { do_not_optimize((*plain)(x)); };
+#if defined(TROUPE_HAVE_LIBTORCH)
+  if (selected(names[0])) {
+    torch::nn::Sequential tnet;
+    for (int64_t i = 0; i < layers; ++i) tnet->push_back(torch::nn::Linear(4, 4));
+    if (!copy_state(*plain, *tnet)) {
+      ++check_failures;
+      note("hooks: parameter names differ between troupe and libtorch");
+    }
+    torch::Tensor tx = to_torch(x);
+    troupe::Tensor o1 = (*plain)(x).contiguous();
+    torch::Tensor o2 = tnet->forward(tx).contiguous();
+    double d = rel_diff(o1.data_ptr<float>(), o2.data_ptr<float>(), o1.numel());
+    bool ok = d <= 1e-4;
+    note(std::string("check hooks net (") + (grad ? "grad" : "no_grad") + "): output rel " + fmt("%.1e", d) +
+         (ok ? "  -> OK (<= 1e-4)" : "  -> MISMATCH (> 1e-4)"));
+    if (!ok) ++check_failures;
+    auto [tt, tp, ratio] = compare(run_plain, [&] { do_not_optimize(tnet->forward(tx)); });
+    row(names[0], fmt_time(tt) + fmt("  %.0f ns/layer", tt * 1e6 / layers),
+        fmt_time(tp) + fmt("  %.0f ns/layer", tp * 1e6 / layers), ratio, kNaN);
+  }
+#else
+  if (selected(names[0])) {
+    double tt = time_one(run_plain);
+    row(names[0], fmt_time(tt) + fmt("  %.0f ns/layer", tt * 1e6 / layers), kNoTorch, kNaN, kNaN);
+  }
+#endif
+  // troupe column: the hooked forward and its extra time per layer, (ratio - 1) x plain time / layers
+  // (from the paired ratio, which is steadier than a difference of medians); peer column: the plain
+  // forward
+  auto hook_row = [&](const std::string& name, const std::shared_ptr<nn::Sequential>& hooked) {
+    if (!selected(name)) return;
+    auto [tp, th, ratio] = compare(run_plain, [&] { do_not_optimize((*hooked)(x)); });
+    row(name, fmt_time(th) + fmt("  %+.0f ns/layer", (ratio - 1) * tp * 1e6 / layers), "no hooks " + fmt_time(tp),
+        ratio, kNaN);
+  };
+  hook_row(names[1], fwd);
+  hook_row(names[2], pre);
+  for (auto& h : handles) h.remove();
+}
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      return p == std::string::npos ? line : line.substr(p + 2);
+    }
+  return "unknown cpu";
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  if (f >> a >> b >> c) return fmt("%.2f", a) + " " + fmt("%.2f", b) + " " + fmt("%.2f", c);
+  return "?";
+}
+
+void usage() {
+  std::printf(
+      "usage: nn_bench [--quick] [--threads=N] [--samples=N] [--filter=SUBSTR] [--strict]\n"
+      "  --quick        few short samples (smoke test)\n"
+      "  --threads=N    threads for troupe, libtorch and OpenBLAS (default: troupe's default = cores)\n"
+      "  --samples=N    samples per side (median reported; default 15, quick 3)\n"
+      "  --filter=S     only cases whose name contains S\n"
+      "  --strict       exit 1 when a target is missed\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int samples = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") cfg.quick = true;
+    else if (a == "--strict") cfg.strict = true;
+    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
+    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
+    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
+    else if (a.rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "nn_bench: ignoring %s\n", a.c_str());
+    else if (a == "-h" || a == "--help") {
+      usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "nn_bench: unknown argument '%s'\n", a.c_str());
+      usage();
+      return 2;
+    }
+  }
+  if (cfg.quick) {
+    cfg.samples = 3;
+    cfg.sample_ms = 5;
+    cfg.warmup_ms = 10;
+  }
+  if (samples > 0) cfg.samples = samples;
+
+  int n = cfg.threads > 0 ? cfg.threads : troupe::get_num_threads();
+  troupe::set_num_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+  int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : -1;
+#if defined(TROUPE_HAVE_LIBTORCH)
+  torch::set_num_threads(n);
+  torch::manual_seed(0);
+  std::string torch_threads = std::to_string(torch::get_num_threads());
+#else
+  std::string torch_threads = "n/a (built without libtorch)";
+#endif
+  troupe::manual_seed(0);
+
+  std::printf("nn_bench%s: %s, %d cpus; load average %s\n", cfg.quick ? " --quick" : "", cpu_name().c_str(),
+              omp_get_num_procs(), loadavg().c_str());
+  std::printf("threads: troupe %d, libtorch %s, OpenBLAS %d; median of %d samples (>= %.0f ms each), "
+              "troupe and peer sampled alternately\n",
+              troupe::get_num_threads(), torch_threads.c_str(), blas_threads, cfg.samples, cfg.sample_ms);
+  std::printf("ratio = peer_time / troupe_time (> 1: troupe faster; median of back-to-back sample pairs); "
+              "hook rows: hooked / plain time\n\n");
+  print_header();
+
+  try {
+    bench_mlp("small", 16, {32, 64, 64, 10}, 2.0);
+    bench_mlp("large", 256, {784, 1024, 1024, 10}, 1.0);
+    bench_convnet("small", 8);
+    bench_convnet("large", 64);
+    bench_hooks(true);
+    bench_hooks(false);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "nn_bench: error: %s\n", e.what());
+    return 1;
+  }
+
+  std::printf("\n");
+  for (const auto& s : notes) std::printf("%s\n", s.c_str());
+  std::printf("targets: %d PASS, %d MISS; correctness checks: %s; load average at end %s\n", passes, misses,
+              check_failures ? "FAILED" : "ok", loadavg().c_str());
+  if (check_failures) return 1;
+  if (cfg.strict && misses) return 1;
+  return 0;
+}
