@@ -3,7 +3,7 @@
 #   bash scripts/test.sh [--sanitize] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
 #   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
-#                TROUPE_SANITIZE_SUITES (default "tensor nn"; .ci/run sets "tensor" to fit CI's time),
+#                TROUPE_SANITIZE_SUITES (default "tensor nn"),
 #                ctest -L <suite> for each
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
