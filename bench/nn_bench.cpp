@@ -62,156 +62,13 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 int openblas_get_num_threads(void) __attribute__((weak));
 }
 
+#include "harness.h"
+
 namespace {
 
 namespace nn = troupe::nn;
 namespace F = troupe::nn::functional;
-using Clock = std::chrono::steady_clock;
-
-// ------------------------------------------------------------------------------------------ config
-struct Config {
-  bool quick = false;
-  bool strict = false;
-  int threads = 0;
-  int samples = 15;
-  double sample_ms = 50;  // minimum length of one sample
-  double warmup_ms = 200;
-  std::string filter;
-};
-Config cfg;
-
-template <typename T>
-inline void do_not_optimize(T const& v) {
-  asm volatile("" : : "r,m"(v) : "memory");
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// One side of a comparison: a callable and its per-sample repeat count.
-struct Side {
-  explicit Side(std::function<void()> f) : fn(std::move(f)) {}
-  std::function<void()> fn;
-  int64_t reps = 1;
-  std::vector<double> per_call_ms;
-
-  // Runs fn until warmup_ms passed (at least twice), then sets reps from the median warm-up call.
-  void warm_and_calibrate() {
-    auto t0 = Clock::now();
-    std::vector<double> times;
-    do {
-      auto t1 = Clock::now();
-      fn();
-      times.push_back(ms_since(t1));
-    } while (times.size() < 2 || ms_since(t0) < cfg.warmup_ms);
-    times.erase(times.begin());  // the first call pays for cold caches and allocations
-    const double per_call = std::max(median(times), 1e-6);
-    reps = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cfg.sample_ms / per_call)));
-  }
-  void sample() {
-    auto t0 = Clock::now();
-    for (int64_t i = 0; i < reps; ++i) fn();
-    per_call_ms.push_back(ms_since(t0) / static_cast<double>(reps));
-  }
-  double med() const { return median(per_call_ms); }
-};
-
-// Median ms per call of each side, and the median over sample pairs of b_time / a_time.
-struct Comparison {
-  double a_ms, b_ms, ratio;
-};
-
-// Times a and b with alternating samples (a b, b a, a b, ...).
-Comparison compare(std::function<void()> a, std::function<void()> b) {
-  Side sa(std::move(a)), sb(std::move(b));
-  sa.warm_and_calibrate();
-  sb.warm_and_calibrate();
-  for (int s = 0; s < cfg.samples; ++s) {
-    if (s % 2 == 0) {
-      sa.sample();
-      sb.sample();
-    } else {
-      sb.sample();
-      sa.sample();
-    }
-  }
-  std::vector<double> ratios;
-  for (size_t i = 0; i < sa.per_call_ms.size(); ++i) ratios.push_back(sb.per_call_ms[i] / sa.per_call_ms[i]);
-  return {sa.med(), sb.med(), median(ratios)};
-}
-
-[[maybe_unused]] double time_one(std::function<void()> a) {
-  Side s(std::move(a));
-  s.warm_and_calibrate();
-  for (int i = 0; i < cfg.samples; ++i) s.sample();
-  return s.med();
-}
-
-// --------------------------------------------------------------------------------------- the table
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-int misses = 0, passes = 0, check_failures = 0;
-
-std::string fmt(const char* f, double a) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, f, a);
-  return buf;
-}
-std::string fmt_time(double ms) {
-  if (ms >= 1000) return fmt("%.3f s", ms / 1000);
-  if (ms >= 1) return fmt("%.3f ms", ms);
-  return fmt("%.2f us", ms * 1000);
-}
-
-constexpr int kW0 = 58, kW1 = 26, kW2 = 26, kW3 = 7, kW4 = 8;
-
-void print_header() {
-  std::printf("%-*s | %-*s | %-*s | %*s | %-*s | %s\n", kW0, "case", kW1, "troupe", kW2, "peer", kW3, "ratio",
-              kW4, "target", "result");
-  std::printf("%s-+-%s-+-%s-+-%s-+-%s-+-%s\n", std::string(kW0, '-').c_str(), std::string(kW1, '-').c_str(),
-              std::string(kW2, '-').c_str(), std::string(kW3, '-').c_str(), std::string(kW4, '-').c_str(),
-              "------");
-}
-
-// ratio and target NaN: informative row (no target).
-void row(const std::string& name, const std::string& troupe_col, const std::string& peer_col, double ratio,
-         double target) {
-  std::string r = std::isnan(ratio) ? "-" : fmt("%.2f", ratio);
-  std::string t = std::isnan(target) ? "-" : fmt(">= %.2f", target);
-  std::string res = "info";
-  if (!std::isnan(target) && !std::isnan(ratio)) {
-    bool ok = ratio >= target;
-    res = ok ? "PASS" : "MISS";
-    (ok ? passes : misses)++;
-  }
-  std::printf("%-*s | %-*s | %-*s | %*s | %-*s | %s\n", kW0, name.c_str(), kW1, troupe_col.c_str(), kW2,
-              peer_col.c_str(), kW3, r.c_str(), kW4, t.c_str(), res.c_str());
-  std::fflush(stdout);
-}
-
-std::vector<std::string> notes;
-void note(const std::string& s) { notes.push_back(s); }
-
-bool selected(const std::string& name) { return cfg.filter.empty() || name.find(cfg.filter) != std::string::npos; }
-
 [[maybe_unused]] const char* kNoTorch = "n/a (built without libtorch)";
-
-// ------------------------------------------------------------------------------------------ helpers
-// Normwise relative difference: max|a - b| / max(max|b|, tiny).
-[[maybe_unused]] double rel_diff(const float* a, const float* b, int64_t n) {
-  double d = 0, m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::abs(double(b[i])));
-  }
-  return d / std::max(m, 1e-30);
-}
 
 troupe::Tensor t_randn(std::vector<int64_t> sizes) {
   return troupe::randn(sizes, troupe::TensorOptions().dtype(troupe::kFloat32));
@@ -459,24 +316,6 @@ void bench_hooks(bool grad) {
   for (auto& h : handles) h.remove();
 }
 
-std::string cpu_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto p = line.find(':');
-      return p == std::string::npos ? line : line.substr(p + 2);
-    }
-  return "unknown cpu";
-}
-
-std::string loadavg() {
-  std::ifstream f("/proc/loadavg");
-  double a = 0, b = 0, c = 0;
-  if (f >> a >> b >> c) return fmt("%.2f", a) + " " + fmt("%.2f", b) + " " + fmt("%.2f", c);
-  return "?";
-}
-
 void usage() {
   std::printf(
       "usage: nn_bench [--quick] [--threads=N] [--samples=N] [--filter=SUBSTR] [--strict]\n"
@@ -535,6 +374,8 @@ int main(int argc, char** argv) {
               troupe::get_num_threads(), torch_threads.c_str(), blas_threads, cfg.samples, cfg.sample_ms);
   std::printf("ratio = peer_time / troupe_time (> 1: troupe faster; median of back-to-back sample pairs); "
               "hook rows: hooked / plain time\n\n");
+  kW0 = 58;  // nn_bench's case names are longer, its peer column shorter
+  kW2 = 26;
   print_header();
 
   try {

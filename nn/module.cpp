@@ -77,45 +77,32 @@ RemovableHandle global_handle(Vec GlobalHooks::*member, int64_t id) {
 }
 }  // namespace
 
-RemovableHandle register_module_forward_pre_hook(ForwardPreHook hook) {
+namespace {
+// Appends an entry (id first) to one of the global tables and returns its handle.
+template <class Vec, class... Rest>
+RemovableHandle add_global(Vec GlobalHooks::*member, Rest&&... rest) {
   auto& g = globals();
   int64_t id = next_hook_id();
   {
     std::lock_guard<std::mutex> lock(g.mu);
-    g.forward_pre.emplace_back(id, std::move(hook));
+    (g.*member).emplace_back(id, std::forward<Rest>(rest)...);
     g.count.fetch_add(1);
   }
-  return global_handle(&GlobalHooks::forward_pre, id);
+  return global_handle(member, id);
+}
+}  // namespace
+
+RemovableHandle register_module_forward_pre_hook(ForwardPreHook hook) {
+  return add_global(&GlobalHooks::forward_pre, std::move(hook));
 }
 RemovableHandle register_module_forward_hook(ForwardHook hook, bool always_call) {
-  auto& g = globals();
-  int64_t id = next_hook_id();
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    g.forward.emplace_back(id, std::move(hook), always_call);
-    g.count.fetch_add(1);
-  }
-  return global_handle(&GlobalHooks::forward, id);
+  return add_global(&GlobalHooks::forward, std::move(hook), always_call);
 }
 RemovableHandle register_module_full_backward_pre_hook(BackwardPreHook hook) {
-  auto& g = globals();
-  int64_t id = next_hook_id();
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    g.backward_pre.emplace_back(id, std::move(hook));
-    g.count.fetch_add(1);
-  }
-  return global_handle(&GlobalHooks::backward_pre, id);
+  return add_global(&GlobalHooks::backward_pre, std::move(hook));
 }
 RemovableHandle register_module_full_backward_hook(BackwardHook hook) {
-  auto& g = globals();
-  int64_t id = next_hook_id();
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    g.backward.emplace_back(id, std::move(hook));
-    g.count.fetch_add(1);
-  }
-  return global_handle(&GlobalHooks::backward, id);
+  return add_global(&GlobalHooks::backward, std::move(hook));
 }
 
 // -------------------------------------------------------------------------------------------------
