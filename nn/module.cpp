@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <typeinfo>
 #include <unordered_set>
 
 #include <troupe/tensor/autograd.h>
@@ -1079,6 +1080,106 @@ RemovableHandle Module::register_state_dict_pre_hook(const std::string& register
 RemovableHandle Module::register_load_state_dict_post_hook(const std::string& registered_hook) {
   return register_load_state_dict_post_hook(registry_detail::load_state_dict_post_hook(registered_hook),
                                             registered_hook);
+}
+
+// -------------------------------------------------------------------------------------------------
+// Deep copy (clone): nn::Cloneable makes a fresh module with reset(), then copy_state_from_ fills it
+
+ModulePtr Module::clone(const std::optional<Device>& /*device*/) const {
+  throw std::runtime_error("[clone] clone() is not implemented for " + name() +
+                           ": derive it from nn::Cloneable<YourModule> and register its parameters, buffers and "
+                           "submodules in reset()");
+}
+
+ModulePtr Module::clone_with_memo(const std::optional<Device>& device, CloneMemo& memo) const {
+  if (auto it = memo.modules.find(this); it != memo.modules.end()) return it->second;
+  ModulePtr copy = clone(device);
+  memo.modules.emplace(this, copy);
+  return copy;
+}
+
+namespace {
+// A detached copy of t with storage of its own, on `device` when one is given.
+Tensor deep_copy_tensor(const Tensor& t, const std::optional<Device>& device) {
+  Tensor d = t.detach();
+  return (device && *device != d.device()) ? d.to(*device) : d.clone();
+}
+}  // namespace
+
+void Module::copy_state_from_(const Module& src, const std::optional<Device>& device, CloneMemo& memo) {
+  NoGradGuard no_grad;
+  // Entries follow the source's order. A tensor that reset() registered keeps its identity (the
+  // layer's member stays valid) and takes a copy of the source's data; one the source shares with
+  // an entry copied before maps to that entry's copy (its member then aliases the copy's data).
+  auto copy_entries = [&](const OrderedDict<Tensor>& from, OrderedDict<Tensor>& mine, const char* kind) {
+    OrderedDict<Tensor> out;
+    for (const auto& [key, s] : from) {
+      const Tensor* slot = mine.find(key);
+      Tensor d = slot ? *slot : Tensor();
+      if (!s.defined()) {
+        out.insert_or_assign(key, Tensor());
+        continue;
+      }
+      if (d.defined() && !(d.sizes() == s.sizes()))
+        throw std::runtime_error("[clone] " + name() + ".reset() registered " + kind + " '" + key + "' of shape " +
+                                 shape_str(d.sizes()) + ", but the module being cloned has shape " +
+                                 shape_str(s.sizes()));
+      if (auto hit = memo.tensors.find(s.impl()); hit != memo.tensors.end()) {
+        if (d.defined() && !d.is_same(hit->second)) d.set_data(hit->second);
+        out.insert_or_assign(key, hit->second);
+        continue;
+      }
+      Tensor data = deep_copy_tensor(s, device);
+      if (d.defined() && !d.is_same(s)) {
+        d.set_data(data);
+      } else {
+        d = data;  // reset() left no slot, or registered the source's own tensor (e.g. from options)
+      }
+      if (d.requires_grad() != s.requires_grad()) d.requires_grad_(s.requires_grad());
+      const Tensor& g = s.grad();
+      if (g.defined()) d.set_grad(deep_copy_tensor(g, device));
+      else if (d.grad().defined()) d.set_grad(Tensor());
+      memo.tensors.emplace(s.impl(), d);
+      out.insert_or_assign(key, d);
+    }
+    mine = std::move(out);
+  };
+  copy_entries(src.parameters_, parameters_, "parameter");
+  copy_entries(src.buffers_, buffers_, "buffer");
+  non_persistent_buffers_ = src.non_persistent_buffers_;
+
+  OrderedDict<ModulePtr> kids;
+  for (const auto& [key, sc] : src.children_) {
+    if (!sc) {
+      kids.insert_or_assign(key, nullptr);
+      continue;
+    }
+    if (auto hit = memo.modules.find(sc.get()); hit != memo.modules.end()) {
+      kids.insert_or_assign(key, hit->second);
+      continue;
+    }
+    const ModulePtr* slot = children_.find(key);
+    ModulePtr mine = slot ? *slot : nullptr;
+    if (mine && mine != sc && typeid(*mine) == typeid(*sc)) {
+      // a child made by reset(): filled in place, so the member that holds it stays valid
+      memo.modules.emplace(sc.get(), mine);
+      mine->copy_state_from_(*sc, device, memo);
+      kids.insert_or_assign(key, mine);
+    } else {
+      kids.insert_or_assign(key, sc->clone_with_memo(device, memo));
+    }
+  }
+  children_ = std::move(kids);
+
+  training_ = src.training_;
+  name_override_ = src.name_override_;
+  forward_pre_hooks_ = src.forward_pre_hooks_;
+  forward_hooks_ = src.forward_hooks_;
+  backward_pre_hooks_ = src.backward_pre_hooks_;
+  backward_hooks_ = src.backward_hooks_;
+  legacy_backward_hooks_ = src.legacy_backward_hooks_;
+  state_dict_pre_hooks_ = src.state_dict_pre_hooks_;
+  load_post_hooks_ = src.load_post_hooks_;
 }
 
 }  // namespace troupe::nn

@@ -13,6 +13,7 @@
 #include <ostream>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <troupe/nn/ordered_dict.h>
@@ -28,6 +29,13 @@ using StateDict = OrderedDict<Tensor>;
 
 /// nn.Parameter(t, requires_grad): a leaf sharing t's data, with requires_grad set.
 Tensor Parameter(const Tensor& t, bool requires_grad = true);
+
+/// What a deep copy has made so far (copy.deepcopy's memo): source module -> its copy, source
+/// TensorImpl -> its copy, so that what is shared in the source is shared in the copy.
+struct CloneMemo {
+  std::unordered_map<const Module*, ModulePtr> modules;
+  std::unordered_map<const void*, Tensor> tensors;
+};
 
 /// What load_state_dict returns (and what its post-hooks may edit).
 struct IncompatibleKeys {
@@ -117,6 +125,10 @@ class Module : public std::enable_shared_from_this<Module> {
   M* as() { return dynamic_cast<M*>(this); }
   template <class M>
   const M* as() const { return dynamic_cast<const M*>(this); }
+
+  /// A deep copy (copy.deepcopy(module)) with its tensors on `device` when given. Implemented by
+  /// nn::Cloneable; the default throws.
+  virtual ModulePtr clone(const std::optional<Device>& device = std::nullopt) const;
 
   // ---------------------------------------------------------------------------------------------
   // Forward
@@ -293,6 +305,12 @@ class Module : public std::enable_shared_from_this<Module> {
   void add_module_impl(const std::string& name, ModulePtr module);
   /// Writes this module's own entries (parameters, persistent buffers, extra state) into `out`.
   virtual void save_to_state_dict(StateDict& out, const std::string& prefix, bool keep_vars) const;
+  /// clone() within one deep copy: returns the copy already in `memo`, else makes one. The default
+  /// calls clone() (which throws unless overridden).
+  virtual ModulePtr clone_with_memo(const std::optional<Device>& device, CloneMemo& memo) const;
+  /// Makes this module (a fresh copy whose reset() ran) a deep copy of `src`: values, gradients,
+  /// requires_grad, persistence, training flag and hooks, recursively; see nn/cloneable.h.
+  void copy_state_from_(const Module& src, const std::optional<Device>& device, CloneMemo& memo);
 
   bool training_ = true;
   OrderedDict<Tensor> parameters_;

@@ -1,6 +1,7 @@
 // troupe::nn umbrella: the Module tree, containers, layers, losses, functional, init, checkpoints.
 #pragma once
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/functional.h>
 #include <troupe/nn/init.h>
 #include <troupe/nn/module.h>

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -18,8 +19,10 @@ struct ReLUOptions {
 };
 
 /// max(0, x).
-class ReLU : public Module {
+class ReLU : public Cloneable<ReLU> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit ReLU(const ReLUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -34,8 +37,10 @@ struct LeakyReLUOptions {
 };
 
 /// x for x >= 0, negative_slope * x otherwise.
-class LeakyReLU : public Module {
+class LeakyReLU : public Cloneable<LeakyReLU> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit LeakyReLU(const LeakyReLUOptions& options = {}) : options(options) {}
   explicit LeakyReLU(double negative_slope, bool inplace = false)
       : options(LeakyReLUOptions().negative_slope(negative_slope).inplace(inplace)) {}
@@ -52,8 +57,10 @@ struct ELUOptions {
 };
 
 /// x for x > 0, alpha * (exp(x) - 1) otherwise.
-class ELU : public Module {
+class ELU : public Cloneable<ELU> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit ELU(const ELUOptions& options = {}) : options(options) {}
   explicit ELU(double alpha, bool inplace = false) : options(ELUOptions().alpha(alpha).inplace(inplace)) {}
   Tensor forward(const Tensor& input) override;
@@ -70,8 +77,10 @@ struct GELUOptions {
 };
 
 /// x * Phi(x).
-class GELU : public Module {
+class GELU : public Cloneable<GELU> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit GELU(const GELUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -86,8 +95,10 @@ struct SiLUOptions {
 };
 
 /// x * sigmoid(x).
-class SiLU : public Module {
+class SiLU : public Cloneable<SiLU> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit SiLU(const SiLUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -96,15 +107,19 @@ class SiLU : public Module {
 };
 
 /// tanh(x).
-class Tanh : public Module {
+class Tanh : public Cloneable<Tanh> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "Tanh"; }
 };
 
 /// 1 / (1 + exp(-x)).
-class Sigmoid : public Module {
+class Sigmoid : public Cloneable<Sigmoid> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "Sigmoid"; }
 };
@@ -118,8 +133,10 @@ struct SoftmaxOptions {
 };
 
 /// exp(x) / sum(exp(x)) along dim.
-class Softmax : public Module {
+class Softmax : public Cloneable<Softmax> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit Softmax(const SoftmaxOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -136,8 +153,10 @@ struct LogSoftmaxOptions {
 };
 
 /// log(softmax(x)) along dim.
-class LogSoftmax : public Module {
+class LogSoftmax : public Cloneable<LogSoftmax> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit LogSoftmax(const LogSoftmaxOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;

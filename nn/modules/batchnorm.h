@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -58,16 +59,17 @@ class BatchNormBase : public Module {
 };
 
 /// Batch normalisation over (N, C) or (N, C, L) input.
-class BatchNorm1d : public BatchNormBase {
+class BatchNorm1d : public Cloneable<BatchNorm1d, BatchNormBase> {
  public:
-  explicit BatchNorm1d(const BatchNormOptions& options) : BatchNormBase(options) {}
+  explicit BatchNorm1d(const BatchNormOptions& options) : Cloneable(options) {}
   BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
               bool track_running_stats = true)
-      : BatchNormBase(BatchNormOptions(num_features)
+      : Cloneable(BatchNormOptions(num_features)
                           .eps(eps)
                           .momentum(momentum)
                           .affine(affine)
                           .track_running_stats(track_running_stats)) {}
+  void reset() override { BatchNormBase::reset(); }
   std::string name() const override { return "BatchNorm1d"; }
 
  protected:
@@ -75,16 +77,17 @@ class BatchNorm1d : public BatchNormBase {
 };
 
 /// Batch normalisation over (N, C, H, W) input.
-class BatchNorm2d : public BatchNormBase {
+class BatchNorm2d : public Cloneable<BatchNorm2d, BatchNormBase> {
  public:
-  explicit BatchNorm2d(const BatchNormOptions& options) : BatchNormBase(options) {}
+  explicit BatchNorm2d(const BatchNormOptions& options) : Cloneable(options) {}
   BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
               bool track_running_stats = true)
-      : BatchNormBase(BatchNormOptions(num_features)
+      : Cloneable(BatchNormOptions(num_features)
                           .eps(eps)
                           .momentum(momentum)
                           .affine(affine)
                           .track_running_stats(track_running_stats)) {}
+  void reset() override { BatchNormBase::reset(); }
   std::string name() const override { return "BatchNorm2d"; }
 
  protected:

@@ -105,7 +105,13 @@ ModuleList::ModuleList(std::initializer_list<ModulePtr> modules) {
 ModuleList::ModuleList(const std::vector<ModulePtr>& modules) {
   for (const auto& m : modules) push_back(m);
 }
-void ModuleList::sync_cache() { cache_ = children_.values(); }
+void ModuleList::sync_cache() const {
+  // reassigned only when stale, so that iterators from begin() stay valid for end()
+  const auto& items = children_.items();
+  bool same = cache_.size() == items.size();
+  for (size_t i = 0; same && i < items.size(); ++i) same = cache_[i] == items[i].second;
+  if (!same) cache_ = children_.values();
+}
 ModuleList& ModuleList::push_back(ModulePtr module) {
   register_module(std::to_string(children_.size()), std::move(module));
   sync_cache();
@@ -144,8 +150,14 @@ void ModuleList::set(int64_t index, ModulePtr module) {
   register_module(std::to_string(i), std::move(module));
   sync_cache();
 }
-std::vector<ModulePtr>::const_iterator ModuleList::begin() const { return cache_.begin(); }
-std::vector<ModulePtr>::const_iterator ModuleList::end() const { return cache_.end(); }
+std::vector<ModulePtr>::const_iterator ModuleList::begin() const {
+  sync_cache();
+  return cache_.begin();
+}
+std::vector<ModulePtr>::const_iterator ModuleList::end() const {
+  sync_cache();
+  return cache_.end();
+}
 
 // ---- ModuleDict
 

@@ -9,14 +9,17 @@
 #include <utility>
 #include <vector>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 
 namespace troupe::nn {
 
 /// Chains its children: the output of each is the input of the next (children named "0", "1", ...
 /// or by the names given).
-class Sequential : public Module {
+class Sequential : public Cloneable<Sequential> {
  public:
+  /// Nothing to register: clone() copies the entries.
+  void reset() override {}
   Sequential() = default;
   Sequential(std::initializer_list<ModulePtr> modules);
   /// Sequential(std::make_shared<Linear>(4, 3), std::make_shared<ReLU>(), ...).
@@ -57,8 +60,10 @@ class Sequential : public Module {
 };
 
 /// Holds submodules in a list, named "0", "1", ...; not callable.
-class ModuleList : public Module {
+class ModuleList : public Cloneable<ModuleList> {
  public:
+  /// Nothing to register: clone() copies the entries.
+  void reset() override {}
   ModuleList() = default;
   ModuleList(std::initializer_list<ModulePtr> modules);
   explicit ModuleList(const std::vector<ModulePtr>& modules);
@@ -81,13 +86,16 @@ class ModuleList : public Module {
 
  private:
   void renumber();
-  void sync_cache();
-  std::vector<ModulePtr> cache_;
+  /// Refreshes cache_ when the children changed behind its back (a copy made by clone()).
+  void sync_cache() const;
+  mutable std::vector<ModulePtr> cache_;
 };
 
 /// Holds submodules by name, in insertion order; not callable.
-class ModuleDict : public Module {
+class ModuleDict : public Cloneable<ModuleDict> {
  public:
+  /// Nothing to register: clone() copies the entries.
+  void reset() override {}
   ModuleDict() = default;
   /// ModuleDict({{"relu", relu}, {"lrelu", lrelu}}): insertion order is kept.
   ModuleDict(std::initializer_list<std::pair<std::string, ModulePtr>> modules);
@@ -110,8 +118,10 @@ class ModuleDict : public Module {
 };
 
 /// Holds parameters in a list, named "0", "1", ...; tensors are made parameters; not callable.
-class ParameterList : public Module {
+class ParameterList : public Cloneable<ParameterList> {
  public:
+  /// Nothing to register: clone() copies the entries.
+  void reset() override {}
   ParameterList() = default;
   ParameterList(std::initializer_list<Tensor> params);
   explicit ParameterList(const std::vector<Tensor>& params);
@@ -132,8 +142,10 @@ class ParameterList : public Module {
 
 /// Holds parameters by name; not callable. From a std::map the keys are sorted (as PyTorch sorts a
 /// plain dict); from a list of pairs the order is kept.
-class ParameterDict : public Module {
+class ParameterDict : public Cloneable<ParameterDict> {
  public:
+  /// Nothing to register: clone() copies the entries.
+  void reset() override {}
   ParameterDict() = default;
   ParameterDict(std::initializer_list<std::pair<std::string, Tensor>> params);
   explicit ParameterDict(const std::map<std::string, Tensor>& params);

@@ -8,6 +8,7 @@
 
 #include <troupe/nn/expanding_array.h>
 #include <troupe/nn/functional/conv.h>
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -33,7 +34,7 @@ struct Conv2dOptions {
 };
 
 /// Applies a 2-D convolution over (N, C_in, H, W) or (C_in, H, W) input.
-class Conv2d : public Module {
+class Conv2d : public Cloneable<Conv2d> {
  public:
   explicit Conv2d(const Conv2dOptions& options);
   Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride = 1,
@@ -41,7 +42,7 @@ class Conv2d : public Module {
          std::string padding_mode = "zeros");
 
   /// Registers weight (C_out, C_in/groups, kH, kW) and bias (C_out) and initialises them.
-  void reset();
+  void reset() override;
   /// PyTorch's default: kaiming_uniform_(weight, a=sqrt(5)); bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   void reset_parameters();
   Tensor forward(const Tensor& input) override;

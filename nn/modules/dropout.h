@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -17,8 +18,10 @@ struct DropoutOptions {
 
 /// In training mode zeroes each element with probability p and scales the rest by 1 / (1 - p);
 /// the identity in eval mode.
-class Dropout : public Module {
+class Dropout : public Cloneable<Dropout> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   /// Throws "dropout probability has to be between 0 and 1, but got {p}" for p outside [0, 1].
   explicit Dropout(const DropoutOptions& options = {});
   explicit Dropout(double p, bool inplace = false) : Dropout(DropoutOptions(p).inplace(inplace)) {}

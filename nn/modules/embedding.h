@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -41,7 +42,7 @@ struct EmbeddingFromPretrainedOptions {
 };
 
 /// weight (num_embeddings, embedding_dim); forward maps integer indices (*) to rows (*, embedding_dim).
-class Embedding : public Module {
+class Embedding : public Cloneable<Embedding> {
  public:
   explicit Embedding(const EmbeddingOptions& options);
   Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
@@ -54,7 +55,7 @@ class Embedding : public Module {
 
   /// Checks the options, registers weight (options._weight when given) and, without _weight, calls
   /// reset_parameters(). A negative padding_idx is stored counted from the start.
-  void reset();
+  void reset() override;
   /// PyTorch's default: weight ~ N(0, 1), the padding_idx row zero.
   void reset_parameters();
 

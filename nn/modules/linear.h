@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -23,13 +24,13 @@ struct LinearOptions {
 };
 
 /// y = x W^T + b, with W (out_features, in_features) and b (out_features).
-class Linear : public Module {
+class Linear : public Cloneable<Linear> {
  public:
   explicit Linear(const LinearOptions& options);
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
 
   /// Registers weight and bias (None when options.bias() is false), then reset_parameters().
-  void reset();
+  void reset() override;
   /// PyTorch's default: weight ~ kaiming_uniform_(a=sqrt(5)), bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   void reset_parameters();
 
@@ -45,8 +46,10 @@ class Linear : public Module {
 };
 
 /// Returns its input unchanged.
-class Identity : public Module {
+class Identity : public Cloneable<Identity> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   Identity() = default;
   Tensor forward(const Tensor& input) override { return input; }
   std::string name() const override { return "Identity"; }
@@ -59,8 +62,10 @@ struct FlattenOptions {
 };
 
 /// Flattens dims start_dim..end_dim into one.
-class Flatten : public Module {
+class Flatten : public Cloneable<Flatten> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit Flatten(const FlattenOptions& options = {}) : options(options) {}
   explicit Flatten(int64_t start_dim, int64_t end_dim = -1)
       : options(FlattenOptions().start_dim(start_dim).end_dim(end_dim)) {}
@@ -80,8 +85,10 @@ struct UnflattenOptions {
 };
 
 /// Splits dim into the shape unflattened_size (one entry may be -1).
-class Unflatten : public Module {
+class Unflatten : public Cloneable<Unflatten> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit Unflatten(const UnflattenOptions& options) : options(options) {}
   Unflatten(int64_t dim, std::vector<int64_t> unflattened_size)
       : options(UnflattenOptions(dim, std::move(unflattened_size))) {}

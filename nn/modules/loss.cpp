@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <troupe/tensor/ops.h>
+
 namespace troupe::nn {
 
 namespace F = functional;
@@ -28,6 +30,16 @@ Value Loss::forward_args(const Args& args, const Kwargs& kwargs) {
   for (const auto& [k, v] : kwargs) add(k + "=" + v.kind());
   throw std::invalid_argument("[" + name() + "] forward takes (input, target) Tensors, got (" + got + ")");
 }
+
+namespace {
+// The tensor given in the options, registered as is (as PyTorch registers the weight it is given);
+// while initialisation is skipped (skip_init, or reset() on a copy made by clone()) an uninitialised
+// tensor of the same shape instead, so that the copy does not share the original's buffer.
+Tensor own_tensor(const Tensor& t) {
+  if (!t.defined() || !initialization_skipped()) return t;
+  return empty_like(t);
+}
+}  // namespace
 
 MSELoss::MSELoss(const MSELossOptions& options_) : options(options_) { reset(); }
 
@@ -55,7 +67,7 @@ Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
 
 CrossEntropyLoss::CrossEntropyLoss(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
 
-void CrossEntropyLoss::reset() { weight = register_buffer("weight", options.weight()); }
+void CrossEntropyLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   return F::cross_entropy(input, target, weight, options.ignore_index(), options.reduction(),
@@ -64,7 +76,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
 
 NLLLoss::NLLLoss(const NLLLossOptions& options_) : options(options_) { reset(); }
 
-void NLLLoss::reset() { weight = register_buffer("weight", options.weight()); }
+void NLLLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
   return F::nll_loss(input, target, weight, options.ignore_index(), options.reduction());
@@ -72,7 +84,7 @@ Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
 
 BCELoss::BCELoss(const BCELossOptions& options_) : options(options_) { reset(); }
 
-void BCELoss::reset() { weight = register_buffer("weight", options.weight()); }
+void BCELoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
   return F::binary_cross_entropy(input, target, weight, options.reduction());
@@ -81,8 +93,8 @@ Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
 BCEWithLogitsLoss::BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options_) : options(options_) { reset(); }
 
 void BCEWithLogitsLoss::reset() {
-  weight = register_buffer("weight", options.weight());
-  pos_weight = register_buffer("pos_weight", options.pos_weight());
+  weight = register_buffer("weight", own_tensor(options.weight()));
+  pos_weight = register_buffer("pos_weight", own_tensor(options.pos_weight()));
 }
 
 Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {

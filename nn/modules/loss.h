@@ -13,6 +13,7 @@
 #include <string>
 
 #include <troupe/nn/functional/loss.h>
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -91,10 +92,10 @@ class Loss : public Module {
 // ------------------------------------------------------------------ losses
 
 /// Mean squared error (squared L2 norm) between each element of input and target.
-class MSELoss : public Loss {
+class MSELoss : public Cloneable<MSELoss, Loss> {
  public:
   explicit MSELoss(const MSELossOptions& options = {});
-  void reset() {}
+  void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "MSELoss"; }
@@ -103,10 +104,10 @@ class MSELoss : public Loss {
 };
 
 /// Mean absolute error between each element of input and target.
-class L1Loss : public Loss {
+class L1Loss : public Cloneable<L1Loss, Loss> {
  public:
   explicit L1Loss(const L1LossOptions& options = {});
-  void reset() {}
+  void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "L1Loss"; }
@@ -115,10 +116,10 @@ class L1Loss : public Loss {
 };
 
 /// Squared error below beta, absolute error (less beta / 2) above it, the quadratic part divided by beta.
-class SmoothL1Loss : public Loss {
+class SmoothL1Loss : public Cloneable<SmoothL1Loss, Loss> {
  public:
   explicit SmoothL1Loss(const SmoothL1LossOptions& options = {});
-  void reset() {}
+  void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "SmoothL1Loss"; }
@@ -127,10 +128,10 @@ class SmoothL1Loss : public Loss {
 };
 
 /// Half the squared error below delta, delta-scaled absolute error above it.
-class HuberLoss : public Loss {
+class HuberLoss : public Cloneable<HuberLoss, Loss> {
  public:
   explicit HuberLoss(const HuberLossOptions& options = {});
-  void reset() {}
+  void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "HuberLoss"; }
@@ -139,11 +140,11 @@ class HuberLoss : public Loss {
 };
 
 /// Cross entropy between logits and class indices or class probabilities (log_softmax + NLLLoss).
-class CrossEntropyLoss : public Loss {
+class CrossEntropyLoss : public Cloneable<CrossEntropyLoss, Loss> {
  public:
   explicit CrossEntropyLoss(const CrossEntropyLossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
-  void reset();
+  void reset() override;
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "CrossEntropyLoss"; }
@@ -154,11 +155,11 @@ class CrossEntropyLoss : public Loss {
 };
 
 /// Negative log likelihood of log-probabilities at class-index targets.
-class NLLLoss : public Loss {
+class NLLLoss : public Cloneable<NLLLoss, Loss> {
  public:
   explicit NLLLoss(const NLLLossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
-  void reset();
+  void reset() override;
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "NLLLoss"; }
@@ -168,11 +169,11 @@ class NLLLoss : public Loss {
 };
 
 /// Binary cross entropy between probabilities and targets.
-class BCELoss : public Loss {
+class BCELoss : public Cloneable<BCELoss, Loss> {
  public:
   explicit BCELoss(const BCELossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
-  void reset();
+  void reset() override;
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "BCELoss"; }
@@ -182,11 +183,11 @@ class BCELoss : public Loss {
 };
 
 /// Sigmoid + binary cross entropy in one numerically stable expression, with optional pos_weight.
-class BCEWithLogitsLoss : public Loss {
+class BCEWithLogitsLoss : public Cloneable<BCEWithLogitsLoss, Loss> {
  public:
   explicit BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options = {});
   /// Registers the buffers "weight" and "pos_weight" (None when not given).
-  void reset();
+  void reset() override;
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string name() const override { return "BCEWithLogitsLoss"; }

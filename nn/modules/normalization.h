@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -23,7 +24,7 @@ struct LayerNormOptions {
 };
 
 /// Applies layer normalisation over the last len(normalized_shape) dims of the input.
-class LayerNorm : public Module {
+class LayerNorm : public Cloneable<LayerNorm> {
  public:
   explicit LayerNorm(const LayerNormOptions& options);
   LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
@@ -31,7 +32,7 @@ class LayerNorm : public Module {
   LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
 
   /// Registers weight and bias (None without elementwise_affine) and initialises them.
-  void reset();
+  void reset() override;
   /// weight = ones, bias = zeros.
   void reset_parameters();
   Tensor forward(const Tensor& input) override;

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include <troupe/nn/expanding_array.h>
+#include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/nn/options.h>
 
@@ -25,8 +26,10 @@ struct MaxPool2dOptions {
 };
 
 /// 2-D max pooling over (N, C, H, W) or (C, H, W) input.
-class MaxPool2d : public Module {
+class MaxPool2d : public Cloneable<MaxPool2d> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit MaxPool2d(const MaxPool2dOptions& options);
   MaxPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
             ExpandingArray<2> padding = 0, ExpandingArray<2> dilation = 1, bool return_indices = false,
@@ -60,8 +63,10 @@ struct AvgPool2dOptions {
 };
 
 /// 2-D average pooling over (N, C, H, W) or (C, H, W) input.
-class AvgPool2d : public Module {
+class AvgPool2d : public Cloneable<AvgPool2d> {
  public:
+  /// Nothing to register.
+  void reset() override {}
   explicit AvgPool2d(const AvgPool2dOptions& options);
   AvgPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
             ExpandingArray<2> padding = 0, bool ceil_mode = false, bool count_include_pad = true,
