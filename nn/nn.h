@@ -18,3 +18,4 @@
 #include <troupe/nn/registry.h>
 #include <troupe/nn/safetensors.h>
 #include <troupe/nn/serialize.h>
+#include <troupe/nn/data/data.h>
