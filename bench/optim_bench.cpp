@@ -10,10 +10,10 @@
 // sampled alternately with the update. Rows:
 //   vs libtorch              ratio = libtorch_time / troupe_time (> 1: troupe faster), target >= 1.5
 //   fraction of memory floor ratio = floor_time / troupe_time (1 = at the floor), target >= 0.7
-// A fraction above 1 means the update moved its bytes faster than memcpy did: a memcpy is two
-// streams (glibc copies a large block with non-temporal stores), the updates are 3-4 streams into
-// lines they have just read, and where one core's bandwidth is bounded by its outstanding misses
-// (as on small VMs) more streams go faster.
+// A fraction above 1 means the update moved its bytes faster than memcpy did: glibc copies a large
+// block with non-temporal stores, which some machines (VMs) run slowly, while the updates store into
+// lines they have just read and prefetch ahead (on the 2-core VM of bench/results.txt: 38 GB/s
+// against memcpy's 20, the same with 10 x 4M parameters, so not from cache reuse between steps).
 // Both sides start from the same values; after their first step the parameters must agree (they do
 // bit for bit: both round as ATen's kernels do).
 //

@@ -1,5 +1,6 @@
 #include <troupe/nn/optim/adam.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -81,21 +82,30 @@ struct AdamConsts {
 template <class T, bool kGradDecay, bool kAmsgrad, bool kDecoupled>
 TROUPE_OPTIM_INLINE void adam_body(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
                                    T* __restrict vmax, int64_t n, const AdamConsts<T>& k) {
-  for (int64_t i = 0; i < n; ++i) {
-    T pv = p[i];
-    if constexpr (kDecoupled) pv = pv * k.decay;
-    T d = g[i] * k.sign;
-    if constexpr (kGradDecay) d = std::fma(pv, k.weight_decay, d);
-    const T mi = std::fma(d, k.one_minus_beta1, m[i] * k.beta1);
-    T vi = std::fma(k.one_minus_beta2 * d, d, v[i] * k.beta2);
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (kAmsgrad) {
-      vi = detail::nan_maximum(vmax[i], vi);
-      vmax[i] = vi;
+  constexpr int64_t kBlock = detail::kBlockBytes / sizeof(T);
+  for (int64_t block = 0; block < n; block += kBlock) {
+    detail::prefetch_write(p + block);
+    detail::prefetch_read(g + block);
+    detail::prefetch_write(m + block);
+    detail::prefetch_write(v + block);
+    if constexpr (kAmsgrad) detail::prefetch_write(vmax + block);
+    const int64_t end = std::min(n, block + kBlock);
+    for (int64_t i = block; i < end; ++i) {
+      T pv = p[i];
+      if constexpr (kDecoupled) pv = pv * k.decay;
+      T d = g[i] * k.sign;
+      if constexpr (kGradDecay) d = std::fma(pv, k.weight_decay, d);
+      const T mi = std::fma(d, k.one_minus_beta1, m[i] * k.beta1);
+      T vi = std::fma(k.one_minus_beta2 * d, d, v[i] * k.beta2);
+      m[i] = mi;
+      v[i] = vi;
+      if constexpr (kAmsgrad) {
+        vi = detail::nan_maximum(vmax[i], vi);
+        vmax[i] = vi;
+      }
+      const T denom = std::sqrt(vi) / k.bias_correction2_sqrt + k.eps;
+      p[i] = pv + (k.neg_step_size * mi) / denom;
     }
-    const T denom = std::sqrt(vi) / k.bias_correction2_sqrt + k.eps;
-    p[i] = pv + (k.neg_step_size * mi) / denom;
   }
 }
 

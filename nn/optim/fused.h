@@ -61,6 +61,31 @@ namespace troupe::optim::detail {
 /// bias of a few thousand elements on one.
 constexpr int64_t kFusedGrain = 32768;
 
+/// A fused loop runs in blocks of kBlockBytes of each stream, and before each block prefetches the
+/// block kPrefetchBytes further on: one core's bandwidth is bounded by its outstanding misses, and
+/// the hardware prefetcher alone leaves some unused (measured: SGD with momentum over 10 x 1M
+/// floats on 2 threads, 6.0 ms -> 5.4 ms; 1 KB and 4 KB ahead do about as well, 8 KB worse).
+constexpr int64_t kBlockBytes = 256;
+constexpr int64_t kPrefetchBytes = 2048;
+
+/// Prefetches the block kPrefetchBytes past `s` for reading.
+template <class T>
+TROUPE_OPTIM_INLINE void prefetch_read(const T* s) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* c = reinterpret_cast<const char*>(s) + kPrefetchBytes;
+  for (int64_t k = 0; k < kBlockBytes; k += 64) __builtin_prefetch(c + k, 0);
+#endif
+}
+
+/// Prefetches the block kPrefetchBytes past `s` for writing.
+template <class T>
+TROUPE_OPTIM_INLINE void prefetch_write(const T* s) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char* c = reinterpret_cast<const char*>(s) + kPrefetchBytes;
+  for (int64_t k = 0; k < kBlockBytes; k += 64) __builtin_prefetch(c + k, 1);
+#endif
+}
+
 /// True when the CPU runs the AVX2 + FMA variant of the fused loops.
 inline bool cpu_has_avx2_fma() {
 #if TROUPE_OPTIM_HAVE_AVX2_VARIANT

@@ -1,5 +1,6 @@
 #include <troupe/nn/optim/rmsprop.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -72,27 +73,36 @@ struct RmspropConsts {
 template <class T, bool kDecay, bool kCentered, bool kMomentum>
 TROUPE_OPTIM_INLINE void rmsprop_body(T* __restrict p, const T* __restrict g, T* __restrict sq, T* __restrict ga,
                                       T* __restrict buf, int64_t n, const RmspropConsts<T>& k) {
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i] * k.sign;
-    if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
-    const T s = std::fma(k.one_minus_alpha * d, d, sq[i] * k.alpha);
-    sq[i] = s;
-    T avg;
-    if constexpr (kCentered) {
-      const T a = std::fma(d, k.one_minus_alpha, ga[i] * k.alpha);
-      ga[i] = a;
-      avg = std::sqrt(std::fma(-a, a, s));
-    } else {
-      avg = std::sqrt(s);
-    }
-    avg = avg + k.eps;
-    if constexpr (kMomentum) {
-      const T decayed = buf[i] * k.momentum;
-      const T b = decayed + d / avg;
-      buf[i] = b;
-      p[i] = std::fma(b, k.neg_lr, p[i]);
-    } else {
-      p[i] = p[i] + (k.neg_lr * d) / avg;
+  constexpr int64_t kBlock = detail::kBlockBytes / sizeof(T);
+  for (int64_t block = 0; block < n; block += kBlock) {
+    detail::prefetch_write(p + block);
+    detail::prefetch_read(g + block);
+    detail::prefetch_write(sq + block);
+    if constexpr (kCentered) detail::prefetch_write(ga + block);
+    if constexpr (kMomentum) detail::prefetch_write(buf + block);
+    const int64_t end = std::min(n, block + kBlock);
+    for (int64_t i = block; i < end; ++i) {
+      T d = g[i] * k.sign;
+      if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
+      const T s = std::fma(k.one_minus_alpha * d, d, sq[i] * k.alpha);
+      sq[i] = s;
+      T avg;
+      if constexpr (kCentered) {
+        const T a = std::fma(d, k.one_minus_alpha, ga[i] * k.alpha);
+        ga[i] = a;
+        avg = std::sqrt(std::fma(-a, a, s));
+      } else {
+        avg = std::sqrt(s);
+      }
+      avg = avg + k.eps;
+      if constexpr (kMomentum) {
+        const T decayed = buf[i] * k.momentum;
+        const T b = decayed + d / avg;
+        buf[i] = b;
+        p[i] = std::fma(b, k.neg_lr, p[i]);
+      } else {
+        p[i] = p[i] + (k.neg_lr * d) / avg;
+      }
     }
   }
 }

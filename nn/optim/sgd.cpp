@@ -1,5 +1,6 @@
 #include <troupe/nn/optim/sgd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <troupe/nn/optim/fused.h>
@@ -58,18 +59,25 @@ struct SgdConsts {
 template <class T, Momentum kMomentum, bool kDecay, bool kNesterov>
 TROUPE_OPTIM_INLINE void sgd_body(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n,
                                   const SgdConsts<T>& k) {
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i] * k.sign;
-    if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
-    if constexpr (kMomentum == Momentum::kFirst) {
-      buf[i] = d;
-      if constexpr (kNesterov) d = std::fma(d, k.momentum, d);
-    } else if constexpr (kMomentum == Momentum::kRunning) {
-      const T b = std::fma(d, k.one_minus_dampening, buf[i] * k.momentum);
-      buf[i] = b;
-      d = kNesterov ? std::fma(b, k.momentum, d) : b;
+  constexpr int64_t kBlock = detail::kBlockBytes / sizeof(T);
+  for (int64_t block = 0; block < n; block += kBlock) {
+    detail::prefetch_write(p + block);
+    detail::prefetch_read(g + block);
+    if constexpr (kMomentum != Momentum::kNone) detail::prefetch_write(buf + block);
+    const int64_t end = std::min(n, block + kBlock);
+    for (int64_t i = block; i < end; ++i) {
+      T d = g[i] * k.sign;
+      if constexpr (kDecay) d = std::fma(p[i], k.weight_decay, d);
+      if constexpr (kMomentum == Momentum::kFirst) {
+        buf[i] = d;
+        if constexpr (kNesterov) d = std::fma(d, k.momentum, d);
+      } else if constexpr (kMomentum == Momentum::kRunning) {
+        const T b = std::fma(d, k.one_minus_dampening, buf[i] * k.momentum);
+        buf[i] = b;
+        d = kNesterov ? std::fma(b, k.momentum, d) : b;
+      }
+      p[i] = std::fma(d, k.neg_lr, p[i]);
     }
-    p[i] = std::fma(d, k.neg_lr, p[i]);
   }
 }
 
