@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <troupe/nn/module.h>
+#include <troupe/nn/optim/swalr.h>  // SWALR lives in swa_utils too, as in PyTorch
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/tensor.h>
 
