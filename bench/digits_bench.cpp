@@ -156,27 +156,7 @@ void bench_model(const std::string& label, const Batches& b, bool conv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int samples = -1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick") cfg.quick = true;
-    else if (a == "--strict") cfg.strict = true;
-    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
-    else if (a.rfind("--benchmark_", 0) == 0) continue;
-    else {
-      std::fprintf(stderr, "digits_bench: unknown argument '%s' (flags: --quick --strict --threads=N --samples=N "
-                           "--filter=S)\n", a.c_str());
-      return 2;
-    }
-  }
-  if (cfg.quick) {
-    cfg.samples = 3;
-    cfg.sample_ms = 5;
-    cfg.warmup_ms = 10;
-  }
-  if (samples > 0) cfg.samples = samples;
+  if (int rc = parse_args(argc, argv, "digits_bench"); rc >= 0) return rc;
   const int n = cfg.threads > 0 ? cfg.threads : troupe::get_num_threads();
   troupe::set_num_threads(n);
   if (openblas_set_num_threads) openblas_set_num_threads(n);
@@ -197,11 +177,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "digits_bench: error: %s\n", e.what());
     return 1;
   }
-  std::printf("\n");
-  for (const auto& s : notes) std::printf("%s\n", s.c_str());
-  std::printf("targets: %d PASS, %d MISS; correctness checks: %s; load average at end %s\n", passes, misses,
-              check_failures ? "FAILED" : "ok", loadavg().c_str());
-  if (check_failures) return 1;
-  if (cfg.strict && misses) return 1;
-  return 0;
+  return finish();
 }

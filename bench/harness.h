@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -179,6 +180,48 @@ std::string loadavg() {
   double a = 0, b = 0, c = 0;
   if (f >> a >> b >> c) return fmt("%.2f", a) + " " + fmt("%.2f", b) + " " + fmt("%.2f", c);
   return "?";
+}
+
+// ------------------------------------------------------------------------------------- main helpers
+// Parses the flags every bench takes: --quick (few short samples), --strict (exit 1 on a missed
+// target), --threads=N, --samples=N, --filter=SUBSTR; Google Benchmark's --benchmark_* flags are
+// ignored so that scripts/bench.sh can pass them to every bench. Returns -1 to go on, or the exit
+// status for main (0 after --help, 2 after an unknown flag).
+[[maybe_unused]] int parse_args(int argc, char** argv, const char* prog) {
+  int samples = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") cfg.quick = true;
+    else if (a == "--strict") cfg.strict = true;
+    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
+    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
+    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
+    else if (a.rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "%s: ignoring %s\n", prog, a.c_str());
+    else {
+      const bool help = a == "-h" || a == "--help";
+      if (!help) std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
+      std::printf("usage: %s [--quick] [--strict] [--threads=N] [--samples=N] [--filter=SUBSTR]\n", prog);
+      return help ? 0 : 2;
+    }
+  }
+  if (cfg.quick) {
+    cfg.samples = 3;
+    cfg.sample_ms = 5;
+    cfg.warmup_ms = 10;
+  }
+  if (samples > 0) cfg.samples = samples;
+  return -1;
+}
+
+// Prints the notes and the PASS/MISS summary; returns main's exit status (1 when a correctness check
+// failed, or a target was missed under --strict).
+[[maybe_unused]] int finish() {
+  std::printf("\n");
+  for (const auto& s : notes) std::printf("%s\n", s.c_str());
+  std::printf("targets: %d PASS, %d MISS; correctness checks: %s; load average at end %s\n", passes, misses,
+              check_failures ? "FAILED" : "ok", loadavg().c_str());
+  if (check_failures) return 1;
+  return cfg.strict && misses ? 1 : 0;
 }
 
 }  // namespace

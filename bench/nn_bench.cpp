@@ -287,43 +287,11 @@ void bench_hooks(bool grad) {
   for (auto& h : handles) h.remove();
 }
 
-void usage() {
-  std::printf(
-      "usage: nn_bench [--quick] [--threads=N] [--samples=N] [--filter=SUBSTR] [--strict]\n"
-      "  --quick        few short samples (smoke test)\n"
-      "  --threads=N    threads for troupe, libtorch and OpenBLAS (default: troupe's default = cores)\n"
-      "  --samples=N    samples per side (median reported; default 15, quick 3)\n"
-      "  --filter=S     only cases whose name contains S\n"
-      "  --strict       exit 1 when a target is missed\n");
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int samples = -1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick") cfg.quick = true;
-    else if (a == "--strict") cfg.strict = true;
-    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
-    else if (a.rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "nn_bench: ignoring %s\n", a.c_str());
-    else if (a == "-h" || a == "--help") {
-      usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "nn_bench: unknown argument '%s'\n", a.c_str());
-      usage();
-      return 2;
-    }
-  }
-  if (cfg.quick) {
-    cfg.samples = 3;
-    cfg.sample_ms = 5;
-    cfg.warmup_ms = 10;
-  }
-  if (samples > 0) cfg.samples = samples;
+  if (int rc = parse_args(argc, argv, "nn_bench"); rc >= 0) return rc;
 
   int n = cfg.threads > 0 ? cfg.threads : troupe::get_num_threads();
   troupe::set_num_threads(n);
@@ -362,11 +330,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("\n");
-  for (const auto& s : notes) std::printf("%s\n", s.c_str());
-  std::printf("targets: %d PASS, %d MISS; correctness checks: %s; load average at end %s\n", passes, misses,
-              check_failures ? "FAILED" : "ok", loadavg().c_str());
-  if (check_failures) return 1;
-  if (cfg.strict && misses) return 1;
-  return 0;
+  return finish();
 }

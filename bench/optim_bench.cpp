@@ -148,38 +148,16 @@ void bench_case(const std::string& label, TroupeOptions options, double bytes_pe
       f.ratio * moved / (2.0 * static_cast<double>(mc.bytes)), 0.7);
 }
 
-void usage() {
-  std::printf("usage: optim_bench [--quick] [--threads=N] [--samples=N] [--filter=SUBSTR] [--strict]\n");
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int samples = -1;
   cfg.threads = 2;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick") cfg.quick = true;
-    else if (a == "--strict") cfg.strict = true;
-    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
-    else if (a.rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "optim_bench: ignoring %s\n", a.c_str());
-    else if (a == "-h" || a == "--help") {
-      usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "optim_bench: unknown argument '%s'\n", a.c_str());
-      usage();
-      return 2;
-    }
-  }
+  if (int rc = parse_args(argc, argv, "optim_bench"); rc >= 0) return rc;
   if (cfg.quick) {
-    cfg.samples = 3;
     cfg.sample_ms = 20;
     cfg.warmup_ms = 20;
   }
-  if (samples > 0) cfg.samples = samples;
   if (cfg.threads < 1) cfg.threads = 1;
   troupe::set_num_threads(cfg.threads);
 #if defined(TROUPE_HAVE_LIBTORCH)
@@ -229,11 +207,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("\n");
-  for (const auto& s : notes) std::printf("%s\n", s.c_str());
-  std::printf("targets: %d PASS, %d MISS; correctness checks: %s; load average at end %s\n", passes, misses,
-              check_failures ? "FAILED" : "ok", loadavg().c_str());
-  if (check_failures) return 1;
-  if (cfg.strict && misses) return 1;
-  return 0;
+  return finish();
 }
