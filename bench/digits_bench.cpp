@@ -3,9 +3,7 @@
 // name), the same batches in the same order, SGD(lr 0.05, momentum 0.9, weight_decay 1e-4),
 // CrossEntropyLoss. One call = one epoch of the 1,437 training images in batches of 32 (45 steps).
 //
-//   MLP        Flatten, Linear(64,512), ReLU, Linear(512,10)
-//   conv net   Conv2d(1,16,3,p1) BatchNorm2d ReLU MaxPool2d(2) Conv2d(16,32,3,p1) ReLU MaxPool2d(2)
-//              Flatten Linear(128,10)
+// The models are examples/digits_models.h's (MLP 64-512-10; conv net with two Conv2d + BatchNorm2d).
 //
 // Before timing, both sides train one epoch from equal weights and their final losses are checked to
 // agree. ratio = libtorch_time / troupe_time (> 1: troupe faster). Flags: --quick, --threads=N,
@@ -31,6 +29,7 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 #include "harness.h"
 #include "torch_compat.h"
+#include "../examples/digits_models.h"
 
 namespace {
 
@@ -64,27 +63,6 @@ Batches make_batches() {
   return b;
 }
 
-std::shared_ptr<nn::Sequential> troupe_mlp() {
-  auto flatten = std::make_shared<nn::Flatten>();
-  auto fc1 = std::make_shared<nn::Linear>(64, 512);
-  auto relu = std::make_shared<nn::ReLU>();
-  auto fc2 = std::make_shared<nn::Linear>(512, 10);
-  return std::make_shared<nn::Sequential>(flatten, fc1, relu, fc2);
-}
-
-std::shared_ptr<nn::Sequential> troupe_conv() {
-  auto c1 = std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1);
-  auto bn1 = std::make_shared<nn::BatchNorm2d>(16);
-  auto r1 = std::make_shared<nn::ReLU>();
-  auto p1 = std::make_shared<nn::MaxPool2d>(2);
-  auto c2 = std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1);
-  auto r2 = std::make_shared<nn::ReLU>();
-  auto p2 = std::make_shared<nn::MaxPool2d>(2);
-  auto flat = std::make_shared<nn::Flatten>();
-  auto fc = std::make_shared<nn::Linear>(32 * 2 * 2, 10);
-  return std::make_shared<nn::Sequential>(c1, bn1, r1, p1, c2, r2, p2, flat, fc);
-}
-
 #if defined(TROUPE_HAVE_LIBTORCH)
 torch::nn::Sequential torch_mlp() {
   namespace tn = torch::nn;
@@ -94,7 +72,7 @@ torch::nn::Sequential torch_mlp() {
 torch::nn::Sequential torch_conv() {
   namespace tn = torch::nn;
   return tn::Sequential(tn::Conv2d(tn::Conv2dOptions(1, 16, 3).padding(1)), tn::BatchNorm2d(16), tn::ReLU(),
-                        tn::MaxPool2d(2), tn::Conv2d(tn::Conv2dOptions(16, 32, 3).padding(1)), tn::ReLU(),
+                        tn::MaxPool2d(2), tn::Conv2d(tn::Conv2dOptions(16, 32, 3).padding(1)), tn::BatchNorm2d(32), tn::ReLU(),
                         tn::MaxPool2d(2), tn::Flatten(), tn::Linear(32 * 2 * 2, 10));
 }
 #endif
@@ -102,7 +80,7 @@ torch::nn::Sequential torch_conv() {
 void bench_model(const std::string& label, const Batches& b, bool conv) {
   const std::string name = "digits " + label + " epoch (45 SGD steps, batch 32)";
   if (!selected(name)) return;
-  auto model = conv ? troupe_conv() : troupe_mlp();
+  auto model = conv ? digits::make_conv_net() : digits::make_mlp();
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4));
   nn::CrossEntropyLoss loss_fn;
   double troupe_loss = 0;

@@ -14,26 +14,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "digits_models.h"
+
 using namespace troupe;
 namespace swa_utils = troupe::optim::swa_utils;
 
 namespace {
-
-// conv 16 -> BN -> ReLU -> pool -> conv 32 -> BN -> ReLU -> pool -> linear: BatchNorm is what makes
-// update_bn matter.
-std::shared_ptr<nn::Sequential> make_net() {
-  auto c1 = std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1);
-  auto bn1 = std::make_shared<nn::BatchNorm2d>(16);
-  auto r1 = std::make_shared<nn::ReLU>();
-  auto p1 = std::make_shared<nn::MaxPool2d>(2);
-  auto c2 = std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1);
-  auto bn2 = std::make_shared<nn::BatchNorm2d>(32);
-  auto r2 = std::make_shared<nn::ReLU>();
-  auto p2 = std::make_shared<nn::MaxPool2d>(2);
-  auto flat = std::make_shared<nn::Flatten>();
-  auto fc = std::make_shared<nn::Linear>(32 * 2 * 2, 10);
-  return std::make_shared<nn::Sequential>(c1, bn1, r1, p1, c2, bn2, r2, p2, flat, fc);
-}
 
 double accuracy(nn::Module& model, data::DataLoader& loader) {
   NoGradGuard no_grad;
@@ -86,7 +72,7 @@ int main(int argc, char** argv) {
   data::DataLoader loader(split[0], data::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
   data::DataLoader test_loader(split[1], data::DataLoaderOptions().batch_size(256));
 
-  auto model = make_net();
+  auto model = digits::make_conv_net();  // BatchNorm is what makes update_bn matter
   nn::CrossEntropyLoss loss_fn;
   optim::SGD optimizer(model->parameters(), optim::SGDOptions(lr).momentum(0.9).weight_decay(1e-4));
 

@@ -16,6 +16,8 @@
 #include <fstream>
 #include <string>
 
+#include "digits_models.h"
+
 using namespace troupe;
 
 namespace {
@@ -68,29 +70,6 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// (N, 1, 8, 8) -> 64 -> 512 -> 10
-std::shared_ptr<nn::Sequential> make_mlp() {
-  auto flatten = std::make_shared<nn::Flatten>();
-  auto fc1 = std::make_shared<nn::Linear>(64, 512);
-  auto relu = std::make_shared<nn::ReLU>();
-  auto fc2 = std::make_shared<nn::Linear>(512, 10);
-  return std::make_shared<nn::Sequential>(flatten, fc1, relu, fc2);
-}
-
-// (N, 1, 8, 8) -> conv 16 -> BN -> pool -> conv 32 -> pool -> (N, 32, 2, 2) -> 10
-std::shared_ptr<nn::Sequential> make_conv() {
-  auto c1 = std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1);
-  auto bn1 = std::make_shared<nn::BatchNorm2d>(16);
-  auto r1 = std::make_shared<nn::ReLU>();
-  auto p1 = std::make_shared<nn::MaxPool2d>(2);
-  auto c2 = std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1);
-  auto r2 = std::make_shared<nn::ReLU>();
-  auto p2 = std::make_shared<nn::MaxPool2d>(2);
-  auto flat = std::make_shared<nn::Flatten>();
-  auto fc = std::make_shared<nn::Linear>(32 * 2 * 2, 10);
-  return std::make_shared<nn::Sequential>(c1, bn1, r1, p1, c2, r2, p2, flat, fc);
-}
-
 // Fraction of correct predictions over a loader (eval mode, no graph).
 double accuracy(nn::Module& model, data::DataLoader& loader) {
   NoGradGuard no_grad;
@@ -141,7 +120,7 @@ int main(int argc, char** argv) {
   data::DataLoader train_loader(train_set, data::DataLoaderOptions().batch_size(cfg.batch_size).shuffle(true).seed(cfg.seed));
   data::DataLoader test_loader(test_set, data::DataLoaderOptions().batch_size(256));
 
-  std::shared_ptr<nn::Sequential> model = cfg.model == "mlp" ? make_mlp() : make_conv();
+  std::shared_ptr<nn::Sequential> model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
   optim::SGD optimizer(model->parameters(), optim::SGDOptions(cfg.lr).momentum(0.9).weight_decay(1e-4));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/cfg.epochs);
   nn::CrossEntropyLoss loss_fn;
