@@ -10,5 +10,8 @@
 
 // Layer: nn (Module tree, layers, losses, init, checkpoints)
 #include "nn/nn.h"
-// #include "comm/comm.h"
+
+// Layer: comm (process groups, collectives; local and mpi backends)
+#include "comm/comm.h"
+#include "launch/launch.h"
 // #include "actors/actors.h"

@@ -1,0 +1,973 @@
+// The `local` backend (local.h). A collective is a rendezvous of the group's ranks, keyed by its sequence
+// number: each rank deposits pointers to its tensors (a Slot), the last to arrive checks that every rank
+// called the same thing with the same shapes, then every rank computes its own share (phase 1, reading
+// the peers' memory), meets the others at a barrier (after which no rank reads another's memory), and
+// copies its result in place (phase 2). all_reduce: rank r reduces elements [r*n/size, (r+1)*n/size)
+// into a shared staging buffer in phase 1 and copies the whole buffer into its tensor in phase 2, so the
+// work is spread over the ranks' threads.
+#include "local.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+
+namespace troupe::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class OpKind {
+  AllReduce, Broadcast, AllGatherIntoTensor, AllGather, ReduceScatterTensor, ReduceScatter, AllToAll,
+  Barrier, NewGroup, Split
+};
+
+const char* op_name(OpKind k) {
+  switch (k) {
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::AllGatherIntoTensor: return "all_gather_into_tensor";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatterTensor: return "reduce_scatter_tensor";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllToAll: return "all_to_all";
+    case OpKind::Barrier: return "barrier";
+    case OpKind::NewGroup: return "new_group";
+    case OpKind::Split: return "split";
+  }
+  return "collective";
+}
+
+bool is_reduction(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::ReduceScatterTensor || k == OpKind::ReduceScatter;
+}
+
+template <typename T>
+std::string list_str(const std::vector<T>& v, const char* sep = ", ") {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
+  return os.str();
+}
+
+std::string shape_str(const std::vector<int64_t>& s) { return "[" + list_str(s) + "]"; }
+
+std::string tensor_str(const std::vector<int64_t>& shape, ScalarType dtype) {
+  return "shape " + shape_str(shape) + " (" + dtype_name(dtype) + ")";
+}
+
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
+
+bool overlaps(const std::byte* a, size_t an, const std::byte* b, size_t bn) {
+  return an > 0 && bn > 0 && a < b + bn && b < a + an;
+}
+
+// ---- reductions: out[i] = op over ranks q of in[q][i], in T's opmath type (16-bit floats in float).
+
+template <typename A>
+A red_sum(A a, A b) {
+  if constexpr (std::is_same_v<A, bool>) {
+    return a || b;  // NCCL: SUM on bool is MAX
+  } else if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;  // wraps around, as the integer backends do
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename A>
+A red_prod(A a, A b) {
+  if constexpr (std::is_same_v<A, bool>) {
+    return a && b;  // NCCL: PRODUCT on bool is MIN
+  } else if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename A>
+A red_min(A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) return (b < a || b != b) ? b : a;  // NaN propagates
+  else return b < a ? b : a;
+}
+
+template <typename A>
+A red_max(A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) return (b > a || b != b) ? b : a;
+  else return b > a ? b : a;
+}
+
+// Reduces n elements of each of ins (one pointer per rank) into out, block by block: every input of a
+// block is read before the block is written, so out may be one of the inputs at the same offset.
+template <typename T>
+void reduce_typed(ReduceOp op, const std::vector<const T*>& ins, T* out, int64_t n) {
+  using A = opmath_t<T>;
+  constexpr int64_t kBlock = 256;
+  A acc[kBlock];
+  const int size = static_cast<int>(ins.size());
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    for (int64_t j = 0; j < m; ++j) acc[j] = static_cast<A>(ins[0][b + j]);
+    for (int q = 1; q < size; ++q) {
+      const T* p = ins[q] + b;
+      switch (op) {
+        case ReduceOp::SUM:
+        case ReduceOp::AVG:
+          for (int64_t j = 0; j < m; ++j) acc[j] = red_sum<A>(acc[j], static_cast<A>(p[j]));
+          break;
+        case ReduceOp::PRODUCT:
+          for (int64_t j = 0; j < m; ++j) acc[j] = red_prod<A>(acc[j], static_cast<A>(p[j]));
+          break;
+        case ReduceOp::MIN:
+          for (int64_t j = 0; j < m; ++j) acc[j] = red_min<A>(acc[j], static_cast<A>(p[j]));
+          break;
+        case ReduceOp::MAX:
+          for (int64_t j = 0; j < m; ++j) acc[j] = red_max<A>(acc[j], static_cast<A>(p[j]));
+          break;
+      }
+    }
+    if constexpr (std::is_floating_point_v<A>) {
+      if (op == ReduceOp::AVG)
+        for (int64_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<A>(size);
+    }
+    for (int64_t j = 0; j < m; ++j) out[b + j] = static_cast<T>(acc[j]);
+  }
+}
+
+void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byte*>& ins, std::byte* out,
+                 int64_t n) {
+  if (n <= 0) return;
+  dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<const T*> typed(ins.size());
+    for (size_t q = 0; q < ins.size(); ++q) typed[q] = reinterpret_cast<const T*>(ins[q]);
+    reduce_typed<T>(op, typed, reinterpret_cast<T*>(out), n);
+  });
+}
+
+// ---- shared state
+
+struct WorldState;
+
+// The groups of one make_local_groups call and every sub-group made from them: a failing rank aborts
+// them together.
+struct Universe {
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::string reason;
+  std::vector<std::weak_ptr<WorldState>> states;
+
+  void add(const std::shared_ptr<WorldState>& s) {
+    std::lock_guard<std::mutex> g(mu);
+    std::erase_if(states, [](const auto& w) { return w.expired(); });
+    states.push_back(s);
+  }
+  std::string why() {
+    std::lock_guard<std::mutex> g(mu);
+    return reason;
+  }
+  void abort(const std::string& why);
+};
+
+// What one rank brought to a rendezvous.
+struct Slot {
+  OpKind kind = OpKind::Barrier;
+  ReduceOp op = ReduceOp::SUM;
+  int src = -1;
+  bool has_tensor = false;  // dtype and in_shape are compared across ranks
+  bool has_out = false;     // out_shape too
+  const char* in_label = "tensor";
+  ScalarType dtype = kFloat32;
+  std::vector<int64_t> in_shape, out_shape;
+  const std::byte* in = nullptr;
+  std::byte* out = nullptr;
+  std::vector<const std::byte*> ins;  // reduce_scatter: inputs[q]
+  std::vector<std::byte*> outs;       // all_gather: outputs[q]
+  std::vector<int> ranks;             // new_group
+  int color = 0, key = 0;             // split
+  std::optional<GroupOptions> options;  // new_group, split
+};
+
+struct Rendezvous {
+  explicit Rendezvous(int size) : slots(size), arrived(size, false) {}
+  std::vector<Slot> slots;
+  std::vector<bool> arrived;
+  int n_arrived = 0, n_computed = 0, n_left = 0;
+  bool ready = false;  // every rank arrived, consistently: phase 1 may start
+  std::string error;   // set instead of ready (mismatch, timeout, abort) or by a failing phase 1
+  std::unique_ptr<std::byte[]> staging;
+  std::vector<std::shared_ptr<WorldState>> new_states;  // per rank: its new group's state, or null
+  std::vector<int> new_ranks;                           // per rank: its rank in that group
+};
+
+struct Message {
+  ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::vector<std::byte> bytes;
+};
+
+// What the ranks of one group share.
+struct WorldState {
+  int size = 1;
+  GroupOptions options;
+  std::shared_ptr<Universe> universe;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::shared_ptr<Rendezvous>> rendezvous;           // by sequence number
+  std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // by (src, dst, tag)
+};
+
+void Universe::abort(const std::string& why) {
+  std::vector<std::shared_ptr<WorldState>> live;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (!aborted.load()) reason = why;
+    aborted.store(true);
+    for (auto& w : states)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) {
+    { std::lock_guard<std::mutex> g(s->mu); }  // a waiter is either before its predicate check or waiting
+    s->cv.notify_all();
+  }
+}
+
+std::shared_ptr<WorldState> make_state(int size, GroupOptions options, std::shared_ptr<Universe> universe) {
+  auto s = std::make_shared<WorldState>();
+  s->size = size;
+  s->options = std::move(options);
+  s->universe = std::move(universe);
+  s->universe->add(s);
+  return s;
+}
+
+// ---- Work
+
+class LocalWork final : public Work {
+ public:
+  explicit LocalWork(std::string what) : what_(std::move(what)) {}
+
+  bool is_completed() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return done_;
+  }
+
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (timeout) {
+      if (!cv_.wait_for(lk, *timeout, [&] { return done_; }))
+        throw CommError("[comm] wait on " + what_ + ": not completed within " + std::to_string(timeout->count()) +
+                        " ms");
+    } else {
+      cv_.wait(lk, [&] { return done_; });  // bounded: the op itself fails once the group's timeout passes
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  std::exception_ptr exception() override {
+    std::lock_guard<std::mutex> g(mu_);
+    return error_;
+  }
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      done_ = true;
+      error_ = std::move(e);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::string what_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+// ---- argument checks (on the issuing thread: std::invalid_argument, nothing issued)
+
+void check_tensor(const char* fn, const char* what, const Tensor& t) {
+  if (!t.defined()) throw std::invalid_argument(std::string("[") + fn + "] " + what + " is an undefined tensor");
+  if (!t.is_cpu())
+    throw std::invalid_argument(std::string("[") + fn + "] the local backend takes CPU tensors; " + what +
+                                " is on " + t.device().str());
+  if (!t.is_contiguous())
+    throw std::invalid_argument(std::string("[") + fn + "] " + what + " must be contiguous (shape " +
+                                shape_str(t.sizes().vec()) + ", strides " + shape_str(t.strides().vec()) +
+                                "); pass .contiguous() and copy the result back");
+}
+
+void check_same_dtype(const char* fn, const char* a, const Tensor& ta, const char* b, const Tensor& tb) {
+  if (ta.dtype() != tb.dtype())
+    throw std::invalid_argument(std::string("[") + fn + "] " + a + " is " + dtype_name(ta.dtype()) + " but " + b +
+                                " is " + dtype_name(tb.dtype()));
+}
+
+void check_reduce_op(const char* fn, ReduceOp op, ScalarType dtype) {
+  if (op == ReduceOp::AVG && !is_floating_point(dtype))
+    throw std::invalid_argument(std::string("[") + fn + "] ReduceOp.AVG needs a floating-point tensor, got " +
+                                dtype_name(dtype) +
+                                " (as in PyTorch, AVG is not defined on integer or bool tensors: reduce with SUM "
+                                "and divide)");
+}
+
+// ---- the group object of one rank
+
+class LocalGroup final : public ProcessGroup {
+ public:
+  LocalGroup(std::shared_ptr<WorldState> state, int rank)
+      : st_(std::move(state)), rank_(rank), worker_([this] { work_loop(); }) {}
+
+  ~LocalGroup() override {
+    closing_.store(true);
+    {
+      std::lock_guard<std::mutex> g(st_->mu);
+    }
+    st_->cv.notify_all();  // an op of this rank waiting for its peers fails now
+    {
+      std::lock_guard<std::mutex> g(qmu_);
+      stop_ = true;
+    }
+    qcv_.notify_all();
+    worker_.join();  // the remaining queued ops fail fast (closing_)
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return st_->size; }
+  std::string backend() const override { return "local"; }
+  const GroupOptions& options() const override { return st_->options; }
+  uint64_t sequence_number() const override { return seq_.load(); }
+  const std::shared_ptr<Universe>& universe() const { return st_->universe; }
+
+  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
+    check_tensor("all_reduce", "tensor", tensor);
+    check_reduce_op("all_reduce", op, tensor.dtype());
+    Slot s = tensor_slot(OpKind::AllReduce, "tensor", tensor);
+    s.op = op;
+    s.out = bytes_of(tensor);
+    const int64_t n = tensor.numel();
+    const size_t es = tensor.element_size();
+    return issue(OpKind::AllReduce, [this, tensor, s, n, es, op](uint64_t seq) {
+      collective(
+          seq, s,
+          [&](Rendezvous& rv) {
+            if (n > 0) rv.staging.reset(new std::byte[n * es]);
+          },
+          [&](const Rendezvous& rv) {
+            const int64_t b = n * rank_ / size(), e = n * (rank_ + 1) / size();
+            std::vector<const std::byte*> ins(size());
+            for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].in + b * es;
+            reduce_into(s.dtype, op, ins, rv.staging.get() + b * es, e - b);
+          },
+          [&](const Rendezvous& rv) {
+            if (n > 0) std::memcpy(s.out, rv.staging.get(), n * es);
+          });
+    });
+  }
+
+  WorkPtr broadcast_async(Tensor& tensor, int src) override {
+    check_tensor("broadcast", "tensor", tensor);
+    check_rank("broadcast", "src", src, true);
+    Slot s = tensor_slot(OpKind::Broadcast, "tensor", tensor);
+    s.src = src;
+    s.out = bytes_of(tensor);
+    const size_t nbytes = tensor.nbytes();
+    return issue(OpKind::Broadcast, [this, tensor, s, src, nbytes](uint64_t seq) {
+      collective(seq, s, nullptr, [&](const Rendezvous& rv) {
+        if (rank_ != src && nbytes > 0) std::memcpy(s.out, rv.slots[src].in, nbytes);
+      });
+    });
+  }
+
+  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
+    const char* fn = "all_gather_into_tensor";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, "input", input);
+    if (output.numel() != size() * input.numel())
+      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
+                                  " elements; it needs size() * input.numel() = " + std::to_string(size()) + " * " +
+                                  std::to_string(input.numel()) + " = " + std::to_string(size() * input.numel()));
+    const size_t chunk = input.nbytes();
+    check_alias(fn, output, input, chunk);
+    Slot s = tensor_slot(OpKind::AllGatherIntoTensor, "input", input);
+    s.has_out = true;
+    s.out_shape = output.sizes().vec();
+    s.out = bytes_of(output);
+    return issue(OpKind::AllGatherIntoTensor, [this, output, input, s, chunk](uint64_t seq) {
+      collective(seq, s, nullptr, [&](const Rendezvous& rv) {
+        for (int q = 0; q < size(); ++q) {
+          std::byte* dst = s.out + q * chunk;
+          if (chunk > 0 && dst != rv.slots[q].in) std::memcpy(dst, rv.slots[q].in, chunk);
+        }
+      });
+    });
+  }
+
+  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
+    const char* fn = "all_gather";
+    check_tensor(fn, "input", input);
+    check_count(fn, "outputs", outputs.size());
+    Slot s = tensor_slot(OpKind::AllGather, "input", input);
+    for (size_t q = 0; q < outputs.size(); ++q) {
+      const std::string name = "outputs[" + std::to_string(q) + "]";
+      check_tensor(fn, name.c_str(), outputs[q]);
+      check_like(fn, name, outputs[q], "input", input);
+      s.outs.push_back(bytes_of(outputs[q]));
+    }
+    const size_t nbytes = input.nbytes();
+    return issue(OpKind::AllGather, [this, outputs, input, s, nbytes](uint64_t seq) {
+      collective(seq, s, nullptr, [&](const Rendezvous& rv) {
+        for (int q = 0; q < size(); ++q)
+          if (nbytes > 0 && s.outs[q] != rv.slots[q].in) std::memcpy(s.outs[q], rv.slots[q].in, nbytes);
+      });
+    });
+  }
+
+  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
+    const char* fn = "reduce_scatter_tensor";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, "input", input);
+    check_reduce_op(fn, op, input.dtype());
+    if (input.numel() != size() * output.numel())
+      throw std::invalid_argument(std::string("[") + fn + "] input has " + std::to_string(input.numel()) +
+                                  " elements; it needs size() * output.numel() = " + std::to_string(size()) + " * " +
+                                  std::to_string(output.numel()) + " = " + std::to_string(size() * output.numel()));
+    const int64_t m = output.numel();
+    const size_t es = output.element_size();
+    check_alias(fn, input, output, m * es);
+    Slot s = tensor_slot(OpKind::ReduceScatterTensor, "input", input);
+    s.op = op;
+    s.has_out = true;
+    s.out_shape = output.sizes().vec();
+    s.out = bytes_of(output);
+    return issue(OpKind::ReduceScatterTensor, [this, output, input, s, op, m, es](uint64_t seq) {
+      collective(seq, s, nullptr, [&](const Rendezvous& rv) {
+        std::vector<const std::byte*> ins(size());
+        for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].in + rank_ * m * es;
+        reduce_into(s.dtype, op, ins, s.out, m);
+      });
+    });
+  }
+
+  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+    const char* fn = "reduce_scatter";
+    check_tensor(fn, "output", output);
+    check_reduce_op(fn, op, output.dtype());
+    check_count(fn, "inputs", inputs.size());
+    Slot s = tensor_slot(OpKind::ReduceScatter, "output", output);
+    s.op = op;
+    s.out = bytes_of(output);
+    for (size_t q = 0; q < inputs.size(); ++q) {
+      const std::string name = "inputs[" + std::to_string(q) + "]";
+      check_tensor(fn, name.c_str(), inputs[q]);
+      check_like(fn, name, inputs[q], "output", output);
+      s.ins.push_back(bytes_of(inputs[q]));
+    }
+    const int64_t m = output.numel();
+    return issue(OpKind::ReduceScatter, [this, output, inputs, s, op, m](uint64_t seq) {
+      collective(seq, s, nullptr, [&](const Rendezvous& rv) {
+        std::vector<const std::byte*> ins(size());
+        for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].ins[rank_];
+        reduce_into(s.dtype, op, ins, s.out, m);
+      });
+    });
+  }
+
+  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
+    const char* fn = "all_to_all";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, "input", input);
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"input", &input}, {"output", &output}}) {
+      if (t->dim() == 0 || t->size(0) % size() != 0)
+        throw std::invalid_argument(std::string("[") + fn + "] " + name + "'s dim 0 (" +
+                                    (t->dim() == 0 ? std::string("a 0-d tensor has none") : std::to_string(t->size(0))) +
+                                    ") does not divide equally across the group's " + std::to_string(size()) +
+                                    " ranks");
+    }
+    if (output.numel() != input.numel())
+      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
+                                  " elements, input " + std::to_string(input.numel()) + "; they must be equal");
+    Slot s = tensor_slot(OpKind::AllToAll, "input", input);
+    s.has_out = true;
+    s.out_shape = output.sizes().vec();
+    s.out = bytes_of(output);
+    const size_t chunk = input.nbytes() / size();
+    // In place (output over input): the peers read this rank's input during phase 1, so the result is
+    // gathered into a buffer and copied after the barrier.
+    const bool stage = overlaps(s.out, output.nbytes(), s.in, input.nbytes());
+    auto buffer = std::make_shared<std::vector<std::byte>>();
+    return issue(OpKind::AllToAll, [this, output, input, s, chunk, stage, buffer](uint64_t seq) {
+      collective(
+          seq, s, nullptr,
+          [&](const Rendezvous& rv) {
+            if (chunk == 0) return;
+            std::byte* dst = s.out;
+            if (stage) {
+              buffer->resize(chunk * size());
+              dst = buffer->data();
+            }
+            for (int q = 0; q < size(); ++q) std::memcpy(dst + q * chunk, rv.slots[q].in + rank_ * chunk, chunk);
+          },
+          [&](const Rendezvous&) {
+            if (stage && chunk > 0) std::memcpy(s.out, buffer->data(), chunk * size());
+          });
+    });
+  }
+
+  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
+    check_tensor("send", "tensor", tensor);
+    check_rank("send", "dst", dst, false);
+    const std::string what = p2p_where("send to", dst, tag);
+    return issue_p2p(what, [this, tensor, dst, tag, what] {
+      if (universe()->aborted.load()) throw CommError("[comm] " + what + " aborted: " + universe()->why());
+      Message msg{tensor.dtype(), tensor.sizes().vec(), std::vector<std::byte>(tensor.nbytes())};
+      if (!msg.bytes.empty()) std::memcpy(msg.bytes.data(), tensor.data_ptr(), msg.bytes.size());
+      {
+        std::lock_guard<std::mutex> g(st_->mu);
+        st_->mailboxes[{rank_, dst, tag}].push_back(std::move(msg));
+      }
+      st_->cv.notify_all();
+    });
+  }
+
+  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
+    check_tensor("recv", "tensor", tensor);
+    check_rank("recv", "src", src, false);
+    const std::string what = p2p_where("recv from", src, tag);
+    return issue_p2p(what, [this, tensor, src, tag, what] {
+      const auto deadline = Clock::now() + st_->options.timeout;
+      const std::tuple<int, int, int> key{src, rank_, tag};
+      Message msg;
+      {
+        std::unique_lock<std::mutex> lk(st_->mu);
+        for (;;) {
+          auto it = st_->mailboxes.find(key);
+          if (it != st_->mailboxes.end() && !it->second.empty()) {
+            msg = std::move(it->second.front());
+            it->second.pop_front();
+            if (it->second.empty()) st_->mailboxes.erase(it);
+            break;
+          }
+          if (universe()->aborted.load()) throw CommError("[comm] " + what + " aborted: " + universe()->why());
+          if (closing_.load())
+            throw CommError("[comm] " + what + " failed: the group object of rank " + std::to_string(rank_) +
+                            " was destroyed while it was pending");
+          if (st_->cv.wait_until(lk, deadline) == std::cv_status::timeout) {
+            auto again = st_->mailboxes.find(key);
+            if (again == st_->mailboxes.end() || again->second.empty())
+              throw CommError("[comm] " + what + " timed out after " + std::to_string(st_->options.timeout.count()) +
+                              " ms: rank " + std::to_string(src) + " sent nothing with tag " + std::to_string(tag));
+          }
+        }
+      }
+      if (msg.dtype != tensor.dtype() || msg.bytes.size() != tensor.nbytes())
+        throw CommError("[comm] " + what + ": rank " + std::to_string(src) + " sent " + tensor_str(msg.shape, msg.dtype) +
+                        ", rank " + std::to_string(rank_) + " receives into " +
+                        tensor_str(tensor.sizes().vec(), tensor.dtype()));
+      if (!msg.bytes.empty()) std::memcpy(tensor.data_ptr(), msg.bytes.data(), msg.bytes.size());
+    });
+  }
+
+  WorkPtr barrier_async() override {
+    Slot s;
+    s.kind = OpKind::Barrier;
+    return issue(OpKind::Barrier, [this, s](uint64_t seq) { collective(seq, s, nullptr, nullptr); });
+  }
+
+  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
+    if (ranks.empty()) throw std::invalid_argument("[new_group] ranks is empty");
+    std::vector<int> seen(size(), 0);
+    for (int r : ranks) {
+      if (r < 0 || r >= size())
+        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " is not a rank of group '" + name() +
+                                    "' (" + std::to_string(size()) + " ranks)");
+      if (seen[r]++)
+        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " appears twice in [" + list_str(ranks) +
+                                    "]");
+    }
+    Slot s;
+    s.kind = OpKind::NewGroup;
+    s.ranks = ranks;
+    s.options = std::move(options);
+    auto result = std::make_shared<ProcessGroupPtr>();
+    issue(OpKind::NewGroup, [this, s, result](uint64_t seq) {
+      collective(
+          seq, s,
+          [&](Rendezvous& rv) {
+            rv.new_states.assign(size(), nullptr);
+            rv.new_ranks.assign(size(), -1);
+            const auto& members = rv.slots[0].ranks;
+            auto st = make_state(static_cast<int>(members.size()), sub_options(rv, members), universe());
+            for (size_t i = 0; i < members.size(); ++i) {
+              rv.new_states[members[i]] = st;
+              rv.new_ranks[members[i]] = static_cast<int>(i);
+            }
+          },
+          nullptr,
+          [&](const Rendezvous& rv) {
+            if (rv.new_states[rank_]) *result = std::make_shared<LocalGroup>(rv.new_states[rank_], rv.new_ranks[rank_]);
+          });
+    })->wait();
+    return *result;
+  }
+
+  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
+    Slot s;
+    s.kind = OpKind::Split;
+    s.color = color;
+    s.key = key;
+    s.options = std::move(options);
+    auto result = std::make_shared<ProcessGroupPtr>();
+    issue(OpKind::Split, [this, s, result](uint64_t seq) {
+      collective(
+          seq, s,
+          [&](Rendezvous& rv) {
+            rv.new_states.assign(size(), nullptr);
+            rv.new_ranks.assign(size(), -1);
+            std::map<int, std::vector<int>> by_color;
+            for (int r = 0; r < size(); ++r)
+              if (rv.slots[r].color >= 0) by_color[rv.slots[r].color].push_back(r);
+            for (auto& [c, members] : by_color) {
+              std::stable_sort(members.begin(), members.end(),
+                               [&](int a, int b) { return rv.slots[a].key < rv.slots[b].key; });
+              auto st = make_state(static_cast<int>(members.size()), sub_options(rv, members), universe());
+              for (size_t i = 0; i < members.size(); ++i) {
+                rv.new_states[members[i]] = st;
+                rv.new_ranks[members[i]] = static_cast<int>(i);
+              }
+            }
+          },
+          nullptr,
+          [&](const Rendezvous& rv) {
+            if (rv.new_states[rank_]) *result = std::make_shared<LocalGroup>(rv.new_states[rank_], rv.new_ranks[rank_]);
+          });
+    })->wait();
+    return *result;
+  }
+
+ private:
+  struct Task {
+    std::function<void()> fn;
+    std::shared_ptr<LocalWork> work;
+  };
+
+  const std::string& name() const { return st_->options.name; }
+
+  // "all_reduce #17 on group 'world' (local, 4 ranks)"
+  std::string where(OpKind k, uint64_t seq) const {
+    return std::string(op_name(k)) + " #" + std::to_string(seq) + " on group '" + name() + "' (local, " +
+           std::to_string(size()) + (size() == 1 ? " rank)" : " ranks)");
+  }
+  // "send to rank 1 (tag 0) on group 'world' (local, 2 ranks)"
+  std::string p2p_where(const char* verb, int peer, int tag) const {
+    return std::string(verb) + " rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ") on group '" +
+           name() + "' (local, " + std::to_string(size()) + " ranks)";
+  }
+
+  void check_rank(const char* fn, const char* what, int r, bool self_ok) const {
+    if (r < 0 || r >= size())
+      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
+                                  " is not a rank of group '" + name() + "' (" + std::to_string(size()) +
+                                  (size() == 1 ? " rank)" : " ranks)"));
+    if (!self_ok && r == rank_)
+      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
+                                  " is this rank: a rank cannot " + fn + (std::string(fn) == "send" ? " to" : " from") +
+                                  " itself");
+  }
+
+  void check_count(const char* fn, const char* what, size_t n) const {
+    if (n != static_cast<size_t>(size()))
+      throw std::invalid_argument(std::string("[") + fn + "] " + what + " holds " + std::to_string(n) +
+                                  " tensors; it needs one per rank (" + std::to_string(size()) + ")");
+  }
+
+  static void check_like(const char* fn, const std::string& name, const Tensor& t, const char* ref_name,
+                         const Tensor& ref) {
+    if (t.dtype() != ref.dtype() || t.sizes().vec() != ref.sizes().vec())
+      throw std::invalid_argument(std::string("[") + fn + "] " + name + " has " + tensor_str(t.sizes().vec(), t.dtype()) +
+                                  "; it must be like " + ref_name + ": " + tensor_str(ref.sizes().vec(), ref.dtype()));
+  }
+
+  // `part` may overlap `whole` only as its chunk rank() (the in-place forms of the *_tensor collectives).
+  void check_alias(const char* fn, const Tensor& whole, const Tensor& part, size_t chunk) const {
+    const std::byte* w = bytes_of(whole);
+    const std::byte* p = bytes_of(part);
+    if (overlaps(w, whole.nbytes(), p, part.nbytes()) && p != w + rank_ * chunk)
+      throw std::invalid_argument(std::string("[") + fn + "] output and input overlap, other than as chunk " +
+                                  std::to_string(rank_) + " (this rank's) of the larger one");
+  }
+
+  static Slot tensor_slot(OpKind k, const char* label, const Tensor& t) {
+    Slot s;
+    s.kind = k;
+    s.has_tensor = true;
+    s.in_label = label;
+    s.dtype = t.dtype();
+    s.in_shape = t.sizes().vec();
+    s.in = bytes_of(t);
+    return s;
+  }
+
+  // A sub-group's options: those the lowest member passed, else this group's; its name, unless given,
+  // is this group's name + "/group[<members' ranks here>]".
+  GroupOptions sub_options(const Rendezvous& rv, const std::vector<int>& members) const {
+    const auto& given = rv.slots[members[0]].options;
+    GroupOptions o = given ? *given : st_->options;
+    if (!given || given->name.empty() || given->name == GroupOptions{}.name)
+      o.name = name() + "/group[" + list_str(members, ",") + "]";
+    return o;
+  }
+
+  WorkPtr issue(OpKind k, std::function<void(uint64_t)> body) {
+    std::lock_guard<std::mutex> g(qmu_);
+    const uint64_t seq = seq_.fetch_add(1);
+    auto w = std::make_shared<LocalWork>(where(k, seq));
+    q_.push_back(Task{[body = std::move(body), seq] { body(seq); }, w});
+    qcv_.notify_one();
+    return w;
+  }
+
+  WorkPtr issue_p2p(const std::string& what, std::function<void()> body) {
+    std::lock_guard<std::mutex> g(qmu_);
+    auto w = std::make_shared<LocalWork>(what);
+    q_.push_back(Task{std::move(body), w});
+    qcv_.notify_one();
+    return w;
+  }
+
+  void work_loop() {
+    for (;;) {
+      Task t;
+      {
+        std::unique_lock<std::mutex> lk(qmu_);
+        qcv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        t = std::move(q_.front());
+        q_.pop_front();
+      }
+      std::exception_ptr e;
+      try {
+        t.fn();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      t.fn = nullptr;  // drop the op's tensors before it reports completion
+      t.work->finish(std::move(e));
+    }
+  }
+
+  // The first mismatch between the ranks' slots, or "".
+  std::string validate(const Rendezvous& rv, uint64_t seq) const {
+    const Slot& a = rv.slots[0];
+    const std::string head = "[comm] " + where(a.kind, seq) + ": ";
+    for (int r = 1; r < size(); ++r) {
+      const Slot& b = rv.slots[r];
+      const std::string rb = "rank " + std::to_string(r);
+      if (b.kind != a.kind)
+        return "[comm] collective #" + std::to_string(seq) + " on group '" + name() + "' (local, " +
+               std::to_string(size()) + " ranks): " + rb + " called " + op_name(b.kind) + ", rank 0 called " +
+               op_name(a.kind) + " (every rank must issue the same collectives in the same order)";
+      if (is_reduction(a.kind) && b.op != a.op)
+        return head + rb + " reduces with " + reduce_op_name(b.op) + ", rank 0 with " + reduce_op_name(a.op);
+      if (a.kind == OpKind::Broadcast && b.src != a.src)
+        return head + rb + " broadcasts from rank " + std::to_string(b.src) + ", rank 0 from rank " +
+               std::to_string(a.src);
+      if (a.has_tensor && (b.dtype != a.dtype || b.in_shape != a.in_shape))
+        return head + a.in_label + " on " + rb + " has " + tensor_str(b.in_shape, b.dtype) + ", rank 0 has " +
+               tensor_str(a.in_shape, a.dtype);
+      if (a.has_out && b.out_shape != a.out_shape)
+        return head + "output on " + rb + " has shape " + shape_str(b.out_shape) + ", rank 0 has shape " +
+               shape_str(a.out_shape);
+      if (a.kind == OpKind::NewGroup && b.ranks != a.ranks)
+        return head + rb + " asks for ranks [" + list_str(b.ranks) + "], rank 0 for [" + list_str(a.ranks) + "]";
+    }
+    return "";
+  }
+
+  // Runs collective `seq` on this rank's worker: deposit `mine` and wait for every rank (or an error:
+  // mismatch, timeout, abort); the last to arrive validates and runs `prepare`. Then phase1 (may read the
+  // peers' slots), a barrier, and phase2 (this rank's memory only).
+  void collective(uint64_t seq, Slot mine, const std::function<void(Rendezvous&)>& prepare,
+                  const std::function<void(const Rendezvous&)>& phase1,
+                  const std::function<void(const Rendezvous&)>& phase2 = nullptr) {
+    WorldState& st = *st_;
+    const OpKind kind = mine.kind;
+    const auto deadline = Clock::now() + st.options.timeout;
+    std::unique_lock<std::mutex> lk(st.mu);
+    auto& entry = st.rendezvous[seq];
+    if (!entry) entry = std::make_shared<Rendezvous>(size());
+    std::shared_ptr<Rendezvous> rv = entry;
+    auto leave = [&] {
+      if (++rv->n_left == size()) st.rendezvous.erase(seq);
+    };
+
+    if (!rv->ready && rv->error.empty()) {
+      rv->slots[rank_] = std::move(mine);
+      rv->arrived[rank_] = true;
+      if (++rv->n_arrived == size()) {
+        std::string err = validate(*rv, seq);
+        if (err.empty() && prepare) {
+          try {
+            prepare(*rv);
+          } catch (const std::exception& e) {
+            err = "[comm] " + where(kind, seq) + ": " + e.what();
+          }
+        }
+        if (err.empty()) rv->ready = true;
+        else rv->error = std::move(err);
+        st.cv.notify_all();
+      }
+    }
+    while (!rv->ready && rv->error.empty()) {
+      if (st.universe->aborted.load()) {
+        rv->error = "[comm] " + where(kind, seq) + " aborted: " + st.universe->why();
+      } else if (closing_.load()) {
+        rv->error = "[comm] " + where(kind, seq) + " failed: the group object of rank " + std::to_string(rank_) +
+                    " was destroyed while it was pending";
+      } else if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout && !rv->ready && rv->error.empty()) {
+        std::vector<int> missing;
+        for (int r = 0; r < size(); ++r)
+          if (!rv->arrived[r]) missing.push_back(r);
+        rv->error = "[comm] " + where(kind, seq) + " timed out after " + std::to_string(st.options.timeout.count()) +
+                    " ms; ranks not arrived: " + list_str(missing);
+      }
+      if (!rv->error.empty()) st.cv.notify_all();
+    }
+    if (!rv->ready) {  // failed before any rank read another's memory
+      std::string err = rv->error;
+      leave();
+      throw CommError(err);
+    }
+
+    lk.unlock();
+    std::string failed;
+    if (phase1) {
+      try {
+        phase1(*rv);
+      } catch (const std::exception& e) {
+        failed = "[comm] " + where(kind, seq) + " failed on rank " + std::to_string(rank_) + ": " + e.what();
+      }
+    }
+    lk.lock();
+    if (!failed.empty() && rv->error.empty()) rv->error = failed;
+    if (++rv->n_computed == size()) st.cv.notify_all();
+    // Every rank got here or is computing its phase 1 (no waiting in it): this wait is short, and it
+    // must not give up early, since a peer may still be reading this rank's memory.
+    st.cv.wait(lk, [&] { return rv->n_computed == size(); });
+    std::string err = rv->error;
+    leave();
+    lk.unlock();
+    if (!err.empty()) throw CommError(err);
+    if (phase2) phase2(*rv);
+  }
+
+  std::shared_ptr<WorldState> st_;
+  const int rank_;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> closing_{false};
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Task> q_;
+  bool stop_ = false;
+  std::thread worker_;  // last: starts once everything above is constructed
+};
+
+}  // namespace
+
+std::vector<ProcessGroupPtr> make_local_groups(int n, GroupOptions options) {
+  if (n < 1) throw std::invalid_argument("[make_local_groups] n must be at least 1, got " + std::to_string(n));
+  if (options.timeout.count() <= 0)
+    throw std::invalid_argument("[make_local_groups] timeout must be positive, got " +
+                                std::to_string(options.timeout.count()) + " ms");
+  auto state = make_state(n, std::move(options), std::make_shared<Universe>());
+  std::vector<ProcessGroupPtr> groups;
+  groups.reserve(n);
+  for (int r = 0; r < n; ++r) groups.push_back(std::make_shared<LocalGroup>(state, r));
+  return groups;
+}
+
+namespace {
+
+// Rethrows e as the same standard exception family, its message prefixed with the rank.
+[[noreturn]] void rethrow_named(int rank, const std::exception_ptr& e) {
+  const std::string head = "[run_local] rank " + std::to_string(rank) + ": ";
+  try {
+    std::rethrow_exception(e);
+  } catch (const CommError& x) {
+    throw CommError(head + x.what());
+  } catch (const std::invalid_argument& x) {
+    throw std::invalid_argument(head + x.what());
+  } catch (const std::out_of_range& x) {
+    throw std::out_of_range(head + x.what());
+  } catch (const std::logic_error& x) {
+    throw std::logic_error(head + x.what());
+  } catch (const std::exception& x) {
+    throw std::runtime_error(head + x.what());
+  } catch (...) {
+    throw std::runtime_error(head + "threw an exception not derived from std::exception");
+  }
+}
+
+}  // namespace
+
+void run_local(int n, std::function<void(ProcessGroupPtr)> fn, GroupOptions options) {
+  if (!fn) throw std::invalid_argument("[run_local] fn is empty");
+  auto groups = make_local_groups(n, std::move(options));
+  auto universe = static_cast<LocalGroup&>(*groups[0]).universe();
+  std::mutex mu;
+  int first_rank = -1;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      set_thread_world(groups[r]);
+      try {
+        fn(groups[r]);
+      } catch (...) {
+        auto e = std::current_exception();
+        {
+          std::lock_guard<std::mutex> g(mu);
+          if (!first) {
+            first = e;
+            first_rank = r;
+          }
+        }
+        universe->abort("rank " + std::to_string(r) + " failed: " + describe(e));
+      }
+      set_thread_world(nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  groups.clear();  // joins the ranks' workers
+  if (first) rethrow_named(first_rank, first);
+}
+
+}  // namespace troupe::comm

@@ -1,0 +1,147 @@
+// Process groups and collectives (torch.distributed's ProcessGroup): every rank of a group calls the
+// same collectives in the same order; each has a synchronous form and an `_async` form returning a Work
+// handle. Backends: `local` (N ranks as threads of one process), `mpi` (Open MPI, CPU tensors) and
+// `nccl` (GPU tensors), with the same results from each.
+//
+//   auto pg = comm::world();                       // set up by launch::init
+//   Tensor g = ...;
+//   pg->all_reduce(g, comm::ReduceOp::AVG);        // in place, on every rank
+//   auto work = pg->all_reduce_async(g);           // starts it; overlaps with what follows
+//   work->wait();
+//
+// Collectives of one group run one at a time in the order they were issued (a per-group queue), so
+// async work completes in issue order. Each collective has a sequence number per group; a collective
+// that does not complete within the group's timeout fails on every rank that waits for it with an
+// error naming the group, the op, its sequence number and (where the backend can tell) the ranks that
+// had not arrived.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <troupe/tensor/tensor.h>
+
+namespace troupe::comm {
+
+/// torch.distributed.ReduceOp.
+enum class ReduceOp { SUM, AVG, PRODUCT, MIN, MAX };
+/// "SUM", "AVG", ...
+const char* reduce_op_name(ReduceOp op);
+
+/// Thrown when a collective does not complete within its timeout, or a peer is gone.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The handle of an async collective (torch.distributed's Work).
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// True once the collective finished (successfully or not); never blocks.
+  virtual bool is_completed() = 0;
+  /// Blocks until the collective finished; rethrows its error. `timeout` bounds the wait (past it,
+  /// throws CommError; the collective goes on); without one, the wait lasts until the collective ends,
+  /// which the group's timeout bounds from when it started.
+  virtual void wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt) = 0;
+  /// The error the collective ended with, or null.
+  virtual std::exception_ptr exception() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+/// Options of a group.
+struct GroupOptions {
+  /// How long a collective may take before it fails with CommError.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  /// Printed in errors ("world", "group[0,2]").
+  std::string name = "world";
+};
+
+class ProcessGroup;
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+/// A set of ranks that run collectives together.
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  /// This process's (or thread's) rank in the group, 0 <= rank < size.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "local", "mpi" or "nccl".
+  virtual std::string backend() const = 0;
+  virtual const GroupOptions& options() const = 0;
+
+  // ---- asynchronous collectives (the backend implements these)
+
+  /// In place: every rank's `tensor` becomes the reduction over ranks (AVG: sum / size).
+  virtual WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::SUM) = 0;
+  /// In place: every rank's `tensor` becomes rank `src`'s.
+  virtual WorkPtr broadcast_async(Tensor& tensor, int src) = 0;
+  /// `output` (size * input.numel() elements, dim 0 = size * input.size(0)) gets every rank's `input`
+  /// concatenated in rank order (all_gather_into_tensor).
+  virtual WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) = 0;
+  /// `outputs[r]` gets rank r's `input` (outputs holds size() tensors shaped like input).
+  virtual WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) = 0;
+  /// `input` (size * output.numel() elements) is split in size() chunks along dim 0; rank r's `output`
+  /// gets the reduction over ranks of chunk r (reduce_scatter_tensor).
+  virtual WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM) = 0;
+  /// `output` gets the reduction over ranks of `inputs[rank()]` (inputs holds size() tensors).
+  virtual WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs,
+                                       ReduceOp op = ReduceOp::SUM) = 0;
+  /// all_to_all_single with equal splits: chunk j of rank i's `input` (dim 0 split in size() parts) goes
+  /// to chunk i of rank j's `output`.
+  virtual WorkPtr all_to_all_async(Tensor& output, const Tensor& input) = 0;
+  /// Point to point (not ordered with the collectives' queue beyond issue order on each side).
+  virtual WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv_async(Tensor& tensor, int src, int tag = 0) = 0;
+  /// Completes once every rank has entered it.
+  virtual WorkPtr barrier_async() = 0;
+
+  // ---- synchronous forms: the async form, then wait()
+
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM) { all_reduce_async(tensor, op)->wait(); }
+  void broadcast(Tensor& tensor, int src) { broadcast_async(tensor, src)->wait(); }
+  void all_gather_into_tensor(Tensor& output, const Tensor& input) {
+    all_gather_into_tensor_async(output, input)->wait();
+  }
+  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) { all_gather_async(outputs, input)->wait(); }
+  void reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM) {
+    reduce_scatter_tensor_async(output, input, op)->wait();
+  }
+  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::SUM) {
+    reduce_scatter_async(output, inputs, op)->wait();
+  }
+  void all_to_all(Tensor& output, const Tensor& input) { all_to_all_async(output, input)->wait(); }
+  void send(const Tensor& tensor, int dst, int tag = 0) { send_async(tensor, dst, tag)->wait(); }
+  void recv(Tensor& tensor, int src, int tag = 0) { recv_async(tensor, src, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // ---- sub-groups (collective over this group: every rank calls them, in the same order)
+
+  /// A group of `ranks` (ranks of this group, in the new group's rank order); null on ranks not in it
+  /// (torch.distributed.new_group).
+  virtual ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options = {}) = 0;
+  /// Ranks with the same `color` form one group, ordered by (key, rank); color < 0: null
+  /// (MPI_Comm_split).
+  virtual ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options = {}) = 0;
+
+  /// Number of collectives issued on this group so far (the next one gets this sequence number).
+  virtual uint64_t sequence_number() const = 0;
+};
+
+/// The world group: the calling thread's own (set_thread_world; run_local) if any, else the one
+/// launch::init made (null before).
+ProcessGroupPtr world();
+/// Sets the world group (launch::init calls this; tests may too).
+void set_world(ProcessGroupPtr group);
+/// Sets the calling thread's own world group, which world() returns on that thread in preference to
+/// the process-wide one (run_local gives each rank's thread its group); null clears it.
+void set_thread_world(ProcessGroupPtr group);
+
+}  // namespace troupe::comm
