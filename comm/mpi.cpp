@@ -1,0 +1,1110 @@
+// The `mpi` backend (mpi.h). An Engine per group owns a duplicate communicator, a queue of ops in issue
+// order and a worker thread. An op is a list of steps, each one nonblocking MPI call (several when a
+// message is chunked past INT_MAX elements), polled with MPI_Test by whichever thread holds the
+// engine's exec lock: the worker, or a thread waiting for one of the group's ops (so a synchronous
+// collective runs on the caller's thread with no hand-off). Collectives run one at a time; point to
+// point ops are started in issue order and then complete in the background.
+#include <troupe/comm/mpi.h>
+
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace troupe::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int64_t> g_max_count{INT_MAX};
+std::atomic<bool> g_debug{[] {
+  const char* e = std::getenv("TROUPE_COMM_DEBUG");
+  return e && *e && std::strcmp(e, "0") != 0;
+}()};
+bool g_we_initialized = false;  // MPI_Init_thread was ours: mpi_finalize calls MPI_Finalize
+
+bool mpi_alive() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, len);
+}
+
+bool is_16bit_float(ScalarType t) { return t == kFloat16 || t == kBFloat16; }
+
+/// The MPI type that moves elements of `t` (16-bit floats move as their bits).
+MPI_Datatype move_type(ScalarType t) {
+  switch (t) {
+    case kBool: return MPI_C_BOOL;
+    case kUInt8: return MPI_UINT8_T;
+    case kInt32: return MPI_INT32_T;
+    case kInt64: return MPI_INT64_T;
+    case kFloat16: case kBFloat16: return MPI_UINT16_T;
+    case kFloat32: return MPI_FLOAT;
+    case kFloat64: return MPI_DOUBLE;
+  }
+  return MPI_BYTE;
+}
+
+/// The MPI op for `op` on elements of `t` (bool: OR for SUM/MAX, AND for PRODUCT/MIN; AVG: SUM).
+MPI_Op reduce_mpi_op(ReduceOp op, ScalarType t) {
+  if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? MPI_LAND : MPI_LOR;
+  switch (op) {
+    case ReduceOp::SUM: case ReduceOp::AVG: return MPI_SUM;
+    case ReduceOp::PRODUCT: return MPI_PROD;
+    case ReduceOp::MIN: return MPI_MIN;
+    case ReduceOp::MAX: return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+std::string shape_str(const Tensor& t) {
+  std::ostringstream os;
+  os << "(";
+  for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.size(d);
+  os << (t.dim() == 1 ? ",)" : ")");
+  return os.str();
+}
+
+/// Raw bytes; the staging buffers of ops.
+using Buffer = std::shared_ptr<std::vector<char>>;
+Buffer make_buffer(size_t bytes) { return std::make_shared<std::vector<char>>(bytes); }
+
+// 16-bit floats <-> float32 staging.
+void widen(const void* src, float* dst, int64_t n, ScalarType t) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  if (t == kBFloat16) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = BFloat16::to_float(s[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = Half::to_float(s[i]);
+  }
+}
+void narrow(const float* src, void* dst, int64_t n, ScalarType t) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  if (t == kBFloat16) {
+    for (int64_t i = 0; i < n; ++i) d[i] = BFloat16::from_float(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = Half::from_float(src[i]);
+  }
+}
+template <typename T>
+void divide(void* p, int64_t n, int size) {
+  T* x = static_cast<T*>(p);
+  for (int64_t i = 0; i < n; ++i) x[i] /= static_cast<T>(size);
+}
+/// In place x /= size over a float32 or float64 buffer (AVG).
+void divide_by(void* p, int64_t n, MPI_Datatype type, int size) {
+  if (type == MPI_DOUBLE) divide<double>(p, n, size);
+  else divide<float>(p, n, size);
+}
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return an && bn && pa < pb + bn && pb < pa + an;
+}
+
+/// One nonblocking MPI call of an op, and what to check once it completed (may throw).
+struct Step {
+  std::function<int(MPI_Request*)> start;  // returns the MPI error code
+  std::function<void(const MPI_Status&)> done;
+};
+
+/// One queued op and its completion.
+struct OpState {
+  std::string name;  // "all_reduce"
+  uint64_t seq = 0;
+  bool p2p = false;
+  bool timed = true;  // fails past the group's timeout (buffered sends do not)
+  std::vector<Step> steps;
+  size_t next = 0;  // index of the step in flight (or to start)
+  MPI_Request req = MPI_REQUEST_NULL;
+  std::function<void()> before;  // on the executing thread, before the first step
+  std::function<void()> after;   // after the last step
+  std::vector<Tensor> keep;      // tensors MPI reads or writes
+  std::vector<Buffer> buffers;   // staging MPI reads or writes
+  Clock::time_point deadline;
+
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  std::mutex mu;
+  std::condition_variable cv;
+
+  void complete(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (done.load()) return;
+      error = std::move(e);
+      done.store(true);
+    }
+    cv.notify_all();
+  }
+};
+using OpPtr = std::shared_ptr<OpState>;
+
+/// Requests (and what they touch) that can no longer be cancelled: kept until MPI is done with them.
+struct Orphan {
+  MPI_Request req;
+  OpPtr op;
+};
+std::mutex g_leak_mu;
+std::vector<OpPtr> g_leaked;  // ops of destroyed groups whose MPI requests never completed
+
+class Engine;
+std::mutex g_engines_mu;
+std::vector<std::weak_ptr<Engine>> g_engines;
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  Engine(MPI_Comm comm, GroupOptions opts) : comm_(comm), opts_(std::move(opts)) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~Engine() { shutdown("group destroyed"); }
+
+  void start_worker() {
+    worker_ = std::thread([this] { worker_loop(); });
+    std::lock_guard<std::mutex> g(g_engines_mu);
+    g_engines.push_back(weak_from_this());
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm comm() const { return comm_; }
+  const GroupOptions& options() const { return opts_; }
+  uint64_t sequence_number() const { return seq_.load(); }
+
+  /// "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3".
+  std::string where(const std::string& name, uint64_t seq) const {
+    std::ostringstream os;
+    os << "[" << name << "] group '" << opts_.name << "' (mpi, rank " << rank_ << " of " << size_ << "), op #"
+       << seq;
+    return os.str();
+  }
+  std::string where(const std::string& name) const {
+    return "[" + name + "] group '" + opts_.name + "' (mpi, rank " + std::to_string(rank_) + " of " +
+           std::to_string(size_) + ")";
+  }
+
+  OpPtr new_op(const std::string& name) {
+    auto op = std::make_shared<OpState>();
+    op->name = name;
+    return op;
+  }
+
+  /// Queues `op` (its sequence number is taken here) and returns its Work.
+  WorkPtr submit(OpPtr op);
+
+  /// Runs ops (this thread holds exec_mu_) until `op` is done or `deadline`.
+  void run_until(const OpPtr& op, Clock::time_point deadline) {
+    int idle = 0;
+    while (!op->done.load() && Clock::now() < deadline) {
+      if (progress()) idle = 0;
+      else backoff(++idle);
+    }
+  }
+
+  std::mutex exec_mu_;
+
+  void notify_worker() { q_cv_.notify_one(); }
+  bool has_pending() const { return pending_.load() > 0; }
+
+  /// Stops the worker, fails what is queued or in flight, frees the communicator. Idempotent.
+  void shutdown(const std::string& why);
+
+ private:
+  static void backoff(int idle) {
+    if (idle < 2000) return;  // spin: MPI_Test drives the progress of nonblocking collectives
+    if (idle < 20000) { sched_yield(); return; }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  void fail(const OpPtr& op, const std::string& msg) {
+    op->complete(std::make_exception_ptr(CommError(msg)));
+    retire(op);
+  }
+  void retire(const OpPtr&) { pending_.fetch_sub(1); }
+
+  /// Starts op->steps[op->next]; returns false (op failed) when MPI refused.
+  bool start_step(const OpPtr& op) {
+    int rc = op->steps[op->next].start(&op->req);
+    if (rc != MPI_SUCCESS) {
+      op->req = MPI_REQUEST_NULL;
+      fail(op, where(op->name, op->seq) + ": MPI call failed: " + mpi_error_string(rc));
+      return false;
+    }
+    return true;
+  }
+
+  /// Begins `op` on this thread; false when it already ended.
+  bool begin(const OpPtr& op) {
+    if (op->timed) op->deadline = Clock::now() + opts_.timeout;
+    try {
+      if (op->before) op->before();
+    } catch (...) {
+      op->complete(std::current_exception());
+      retire(op);
+      return false;
+    }
+    if (op->steps.empty()) return finish(op);
+    return start_step(op);
+  }
+
+  /// All steps done: runs `after`, completes. Returns false (op ended).
+  bool finish(const OpPtr& op) {
+    std::exception_ptr e;
+    try {
+      if (op->after) op->after();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    op->complete(e);
+    retire(op);
+    return false;
+  }
+
+  /// Tests op's request; advances steps. Returns {still running, progressed}.
+  std::pair<bool, bool> poll(const OpPtr& op) {
+    int flag = 0;
+    MPI_Status st;
+    std::memset(&st, 0, sizeof st);
+    int rc = MPI_Test(&op->req, &flag, &st);
+    if (rc != MPI_SUCCESS) {
+      if (op->req != MPI_REQUEST_NULL) orphans_.push_back({op->req, op});
+      op->req = MPI_REQUEST_NULL;
+      fail(op, where(op->name, op->seq) + ": MPI_Test failed: " + mpi_error_string(rc));
+      return {false, true};
+    }
+    if (!flag) {
+      if (op->timed && Clock::now() > op->deadline) {
+        timed_out(op);
+        return {false, true};
+      }
+      return {true, false};
+    }
+    try {
+      if (op->steps[op->next].done) op->steps[op->next].done(st);
+    } catch (...) {
+      op->complete(std::current_exception());
+      retire(op);
+      return {false, true};
+    }
+    if (++op->next == op->steps.size()) return {finish(op), true};
+    return {start_step(op), true};
+  }
+
+  void timed_out(const OpPtr& op) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.timeout).count();
+    std::string msg = where(op->name, op->seq) + ": did not complete within " + std::to_string(ms) +
+                      " ms; ranks not arrived: unknown";
+    if (op->p2p) {
+      // A point-to-point request can be cancelled; the group stays usable.
+      MPI_Cancel(&op->req);
+      orphans_.push_back({op->req, op});
+      op->req = MPI_REQUEST_NULL;
+      fail(op, msg);
+      return;
+    }
+    // A collective cannot be cancelled: its buffers stay with MPI, and the group is unusable.
+    orphans_.push_back({op->req, op});
+    op->req = MPI_REQUEST_NULL;
+    {
+      std::lock_guard<std::mutex> g(q_mu_);
+      if (broken_.empty()) broken_ = "op #" + std::to_string(op->seq) + " (" + op->name + ") timed out";
+    }
+    fail(op, msg);
+  }
+
+  /// One round: pops and starts what can start, tests what is in flight. True when something moved.
+  bool progress() {
+    bool moved = false;
+    for (;;) {
+      if (current_) break;
+      OpPtr op;
+      std::string broken;
+      {
+        std::lock_guard<std::mutex> g(q_mu_);
+        if (queue_.empty()) break;
+        op = queue_.front();
+        queue_.pop_front();
+        broken = broken_;
+      }
+      moved = true;
+      if (!broken.empty()) {
+        fail(op, where(op->name, op->seq) + ": group unusable: " + broken);
+        continue;
+      }
+      if (!begin(op)) continue;
+      if (op->p2p) {
+        if (!op->timed) op->complete(nullptr);  // buffered send: done once the data is copied
+        inflight_.push_back(op);
+      } else {
+        current_ = op;
+      }
+    }
+    if (current_) {
+      auto [running, moved_now] = poll(current_);
+      moved |= moved_now;
+      if (!running) current_.reset();
+    }
+    for (size_t i = 0; i < inflight_.size();) {
+      auto [running, moved_now] = poll(inflight_[i]);
+      moved |= moved_now;
+      if (running) {
+        ++i;
+      } else {
+        inflight_[i] = inflight_.back();
+        inflight_.pop_back();
+      }
+    }
+    if (!orphans_.empty() && (moved || ++orphan_tick_ % 64 == 0)) test_orphans();
+    return moved;
+  }
+
+  void test_orphans() {
+    for (size_t i = 0; i < orphans_.size();) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Test(&orphans_[i].req, &flag, &st) != MPI_SUCCESS || flag) {
+        orphans_[i] = orphans_.back();
+        orphans_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    orphan_count_.store(orphans_.size());
+  }
+
+  void worker_loop() {
+    int idle = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(q_mu_);
+        if (stopping_) return;
+        if (pending_.load() == 0) {
+          if (orphan_count_.load() == 0) q_cv_.wait(l, [&] { return stopping_ || pending_.load() > 0; });
+          else q_cv_.wait_for(l, std::chrono::milliseconds(10));
+          idle = 0;
+        } else if (idle >= 20000) {
+          q_cv_.wait_for(l, std::chrono::microseconds(100));
+        }
+        if (stopping_) return;
+      }
+      std::lock_guard<std::mutex> ex(exec_mu_);
+      for (int i = 0; i < 256; ++i) {
+        if (progress()) idle = 0;
+        else if (++idle >= 2000 && idle < 20000) sched_yield();
+        if (idle >= 20000 || (pending_.load() == 0 && current_ == nullptr && inflight_.empty())) break;
+      }
+      if (pending_.load() == 0 && !orphans_.empty()) test_orphans();
+    }
+  }
+
+  MPI_Comm comm_;
+  GroupOptions opts_;
+  int rank_ = 0, size_ = 1;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<int64_t> pending_{0};  // submitted, not yet retired
+  std::atomic<size_t> orphan_count_{0};
+
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<OpPtr> queue_;
+  std::string broken_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+
+  // under exec_mu_
+  OpPtr current_;
+  std::vector<OpPtr> inflight_;
+  std::vector<Orphan> orphans_;
+  uint64_t orphan_tick_ = 0;
+
+  std::thread worker_;
+  friend class MpiWork;
+};
+
+class MpiWork : public Work {
+ public:
+  MpiWork(std::shared_ptr<Engine> engine, OpPtr op) : engine_(std::move(engine)), op_(std::move(op)) {}
+  bool is_completed() override { return op_->done.load(); }
+  std::exception_ptr exception() override { return op_->done.load() ? op_->error : nullptr; }
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+    while (!op_->done.load()) {
+      if (engine_->exec_mu_.try_lock()) {
+        // Nobody is running the group's ops: run them here, up to ours.
+        engine_->run_until(op_, deadline);
+        engine_->exec_mu_.unlock();
+        if (engine_->has_pending()) engine_->notify_worker();
+      } else {
+        std::unique_lock<std::mutex> l(op_->mu);
+        op_->cv.wait_for(l, std::chrono::microseconds(500), [&] { return op_->done.load(); });
+      }
+      if (!op_->done.load() && Clock::now() >= deadline) {
+        throw CommError("[wait] " + op_->name + " op #" + std::to_string(op_->seq) + " of group '" +
+                        engine_->options().name + "' did not complete within " +
+                        std::to_string(timeout->count()) + " ms");
+      }
+    }
+    if (op_->error) std::rethrow_exception(op_->error);
+  }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  OpPtr op_;
+};
+
+WorkPtr Engine::submit(OpPtr op) {
+  bool refused = false;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(q_mu_);
+    op->seq = seq_.fetch_add(1);
+    if (stopped_ || stopping_) {
+      refused = true;
+      why = "group was shut down (destroyed or mpi_finalize called)";
+    } else if (!broken_.empty()) {
+      refused = true;
+      why = "group unusable: " + broken_;
+    } else {
+      pending_.fetch_add(1);
+      queue_.push_back(op);
+    }
+  }
+  if (refused) op->complete(std::make_exception_ptr(CommError(where(op->name, op->seq) + ": " + why)));
+  else q_cv_.notify_one();
+  return std::make_shared<MpiWork>(shared_from_this(), op);
+}
+
+void Engine::shutdown(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> g(q_mu_);
+    if (stopped_ || stopping_) return;  // done, or being done by another thread
+    stopping_ = true;
+  }
+  q_cv_.notify_all();
+  if (worker_.joinable()) {
+    if (worker_.get_id() == std::this_thread::get_id()) worker_.detach();
+    else worker_.join();
+  }
+  std::lock_guard<std::mutex> ex(exec_mu_);
+  std::deque<OpPtr> queued;
+  {
+    std::lock_guard<std::mutex> g(q_mu_);
+    queued.swap(queue_);
+    stopped_ = true;
+  }
+  bool alive = mpi_alive();
+  auto msg = [&](const OpPtr& op) { return where(op->name, op->seq) + ": " + why; };
+  for (auto& op : queued) fail(op, msg(op));
+  std::vector<OpPtr> running = inflight_;
+  if (current_) running.push_back(current_);
+  for (auto& op : running) {
+    if (op->req != MPI_REQUEST_NULL) {
+      if (op->p2p && alive) MPI_Cancel(&op->req);
+      orphans_.push_back({op->req, op});
+    }
+    if (!op->done.load()) fail(op, msg(op));
+  }
+  inflight_.clear();
+  current_.reset();
+  if (alive) test_orphans();
+  // Requests still active (a collective cannot be freed or cancelled): their memory stays allocated.
+  // MPI keeps progressing them from any thread's MPI calls.
+  if (!orphans_.empty()) {
+    std::lock_guard<std::mutex> g(g_leak_mu);
+    for (auto& o : orphans_) g_leaked.push_back(o.op);
+  }
+  // A communicator with active collectives cannot be freed (libnbc would use it after): it leaks too.
+  if (alive && comm_ != MPI_COMM_NULL && orphans_.empty()) MPI_Comm_free(&comm_);
+  orphans_.clear();
+  comm_ = MPI_COMM_NULL;
+}
+
+// ---- chunked MPI calls: each helper appends Steps to an op
+
+int64_t max_count() { return std::max<int64_t>(1, g_max_count.load()); }
+
+/// Chunks [0, n) into pieces of at most max_count(); at least one (possibly empty) chunk.
+template <typename F>
+void for_chunks(int64_t n, F f) {
+  int64_t m = max_count();
+  if (n == 0) {
+    f(int64_t{0}, int64_t{0});
+    return;
+  }
+  for (int64_t off = 0; off < n; off += m) f(off, std::min(m, n - off));
+}
+
+size_t type_size(MPI_Datatype t) {
+  int s = 0;
+  MPI_Type_size(t, &s);
+  return static_cast<size_t>(s);
+}
+
+/// An MPI type of `count` elements of `base`, spaced `stride_elems` apart (lb 0, extent stride*size).
+MPI_Datatype block_type(MPI_Datatype base, int64_t count, int64_t stride_elems) {
+  MPI_Datatype contig, resized;
+  MPI_Type_contiguous(static_cast<int>(count), base, &contig);
+  MPI_Type_create_resized(contig, 0, static_cast<MPI_Aint>(stride_elems * type_size(base)), &resized);
+  MPI_Type_commit(&resized);
+  MPI_Type_free(&contig);
+  return resized;
+}
+
+void add_allreduce(OpState& op, MPI_Comm comm, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop) {
+  size_t es = type_size(type);
+  for_chunks(n, [&](int64_t off, int64_t m) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buf + off * es, static_cast<int>(m), type, mop, comm, r);
+    }, nullptr});
+  });
+}
+
+void add_bcast(OpState& op, MPI_Comm comm, char* buf, int64_t n, MPI_Datatype type, int root) {
+  size_t es = type_size(type);
+  for_chunks(n, [&](int64_t off, int64_t m) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      return MPI_Ibcast(buf + off * es, static_cast<int>(m), type, root, comm, r);
+    }, nullptr});
+  });
+}
+
+/// out[r*n + i] = rank r's in[i] for i < n.
+void add_allgather(OpState& op, MPI_Comm comm, const char* in, char* out, int64_t n, MPI_Datatype type) {
+  size_t es = type_size(type);
+  if (n <= max_count()) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      return MPI_Iallgather(in, static_cast<int>(n), type, out, static_cast<int>(n), type, comm, r);
+    }, nullptr});
+    return;
+  }
+  for_chunks(n, [&](int64_t off, int64_t m) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      MPI_Datatype rt = block_type(type, m, n);  // rank r's chunk lands at r*n + off
+      int rc = MPI_Iallgather(in + off * es, static_cast<int>(m), type, out + off * es, 1, rt, comm, r);
+      MPI_Type_free(&rt);  // freed once the call is done with it
+      return rc;
+    }, nullptr});
+  });
+}
+
+/// Rank r's out[i] = reduction over ranks of in[r*n + i].
+void add_reduce_scatter(OpState& op, MPI_Comm comm, int rank, int size, const char* in, char* out, int64_t n,
+                        MPI_Datatype type, MPI_Op mop) {
+  size_t es = type_size(type);
+  if (n <= max_count()) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(in, out, static_cast<int>(n), type, mop, comm, r);
+    }, nullptr});
+    return;
+  }
+  // Blocks past INT_MAX elements: one reduce per destination rank and chunk.
+  for (int root = 0; root < size; ++root) {
+    for_chunks(n, [&](int64_t off, int64_t m) {
+      op.steps.push_back({[=](MPI_Request* r) {
+        return MPI_Ireduce(in + (root * n + off) * es, rank == root ? out + off * es : nullptr,
+                           static_cast<int>(m), type, mop, root, comm, r);
+      }, nullptr});
+    });
+  }
+}
+
+/// Chunk j of in (n elements) goes to rank j; chunk i of out comes from rank i.
+void add_alltoall(OpState& op, MPI_Comm comm, const char* in, char* out, int64_t n, MPI_Datatype type) {
+  size_t es = type_size(type);
+  if (n <= max_count()) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      return MPI_Ialltoall(in, static_cast<int>(n), type, out, static_cast<int>(n), type, comm, r);
+    }, nullptr});
+    return;
+  }
+  for_chunks(n, [&](int64_t off, int64_t m) {
+    op.steps.push_back({[=](MPI_Request* r) {
+      MPI_Datatype bt = block_type(type, m, n);
+      int rc = MPI_Ialltoall(in + off * es, 1, bt, out + off * es, 1, bt, comm, r);
+      MPI_Type_free(&bt);
+      return rc;
+    }, nullptr});
+  });
+}
+
+// ---- the group
+
+class MpiProcessGroup : public ProcessGroup {
+ public:
+  explicit MpiProcessGroup(std::shared_ptr<Engine> e) : e_(std::move(e)) {}
+  ~MpiProcessGroup() override { e_->shutdown("group destroyed"); }
+
+  int rank() const override { return e_->rank(); }
+  int size() const override { return e_->size(); }
+  std::string backend() const override { return "mpi"; }
+  const GroupOptions& options() const override { return e_->options(); }
+  uint64_t sequence_number() const override { return e_->sequence_number(); }
+
+  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
+    const char* fn = "all_reduce";
+    check_tensor(fn, "tensor", tensor);
+    check_reduce(fn, op, tensor.dtype());
+    auto o = e_->new_op(fn);
+    o->keep.push_back(tensor);
+    add_debug_check(*o, fn, tensor.numel(), tensor.dtype());
+    char* data = static_cast<char*>(tensor.data_ptr());
+    int64_t n = tensor.numel();
+    ScalarType dt = tensor.dtype();
+    int size = this->size();
+    if (is_16bit_float(dt)) {
+      Buffer f = make_buffer(n * sizeof(float));
+      o->buffers.push_back(f);
+      o->before = [=] { widen(data, reinterpret_cast<float*>(f->data()), n, dt); };
+      add_allreduce(*o, e_->comm(), f->data(), n, MPI_FLOAT, reduce_mpi_op(op, dt));
+      o->after = [=] {
+        if (op == ReduceOp::AVG) divide_by(f->data(), n, MPI_FLOAT, size);
+        narrow(reinterpret_cast<float*>(f->data()), data, n, dt);
+      };
+    } else {
+      MPI_Datatype type = move_type(dt);
+      add_allreduce(*o, e_->comm(), data, n, type, reduce_mpi_op(op, dt));
+      if (op == ReduceOp::AVG) o->after = [=] { divide_by(data, n, type, size); };
+    }
+    return e_->submit(o);
+  }
+
+  WorkPtr broadcast_async(Tensor& tensor, int src) override {
+    const char* fn = "broadcast";
+    check_tensor(fn, "tensor", tensor);
+    check_rank(fn, "src", src);
+    auto o = e_->new_op(fn);
+    o->keep.push_back(tensor);
+    add_debug_check(*o, fn, tensor.numel(), tensor.dtype());
+    add_bcast(*o, e_->comm(), static_cast<char*>(tensor.data_ptr()), tensor.numel(), move_type(tensor.dtype()), src);
+    return e_->submit(o);
+  }
+
+  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
+    const char* fn = "all_gather_into_tensor";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, input);
+    if (output.numel() != input.numel() * size()) {
+      throw CommError(e_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements " +
+                      shape_str(output) + ", expected size * input.numel() = " + std::to_string(size()) + " * " +
+                      std::to_string(input.numel()));
+    }
+    auto o = e_->new_op(fn);
+    o->keep = {output, input};
+    add_debug_check(*o, fn, input.numel(), input.dtype());
+    char* out = static_cast<char*>(output.data_ptr());
+    const char* in = stage_if_overlapping(*o, input, output);
+    add_allgather(*o, e_->comm(), in, out, input.numel(), move_type(input.dtype()));
+    return e_->submit(o);
+  }
+
+  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
+    const char* fn = "all_gather";
+    check_tensor(fn, "input", input);
+    check_list(fn, "outputs", outputs, input);
+    auto o = e_->new_op(fn);
+    o->keep.push_back(input);
+    for (auto& t : outputs) o->keep.push_back(t);
+    add_debug_check(*o, fn, input.numel(), input.dtype());
+    size_t bytes = input.nbytes();
+    Buffer staged = make_buffer(bytes * size());
+    o->buffers.push_back(staged);
+    add_allgather(*o, e_->comm(), static_cast<const char*>(input.data_ptr()), staged->data(), input.numel(),
+                  move_type(input.dtype()));
+    std::vector<Tensor> outs = outputs;
+    o->after = [staged, outs, bytes] {
+      for (size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data_ptr(), staged->data() + r * bytes, bytes);
+    };
+    return e_->submit(o);
+  }
+
+  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
+    const char* fn = "reduce_scatter_tensor";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, input);
+    check_reduce(fn, op, input.dtype());
+    if (input.numel() != output.numel() * size()) {
+      throw CommError(e_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
+                      shape_str(input) + ", expected size * output.numel() = " + std::to_string(size()) + " * " +
+                      std::to_string(output.numel()));
+    }
+    auto o = e_->new_op(fn);
+    o->keep = {output, input};
+    add_debug_check(*o, fn, output.numel(), output.dtype());
+    const char* in = static_cast<const char*>(input.data_ptr());
+    if (overlaps(in, input.nbytes(), output.data_ptr(), output.nbytes())) {
+      Buffer s = make_buffer(input.nbytes());
+      o->buffers.push_back(s);
+      std::memcpy(s->data(), in, input.nbytes());
+      in = s->data();
+    }
+    add_reduce_scatter_op(*o, in, output, op);
+    return e_->submit(o);
+  }
+
+  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+    const char* fn = "reduce_scatter";
+    check_tensor(fn, "output", output);
+    check_list(fn, "inputs", inputs, output);
+    check_reduce(fn, op, output.dtype());
+    auto o = e_->new_op(fn);
+    o->keep.push_back(output);
+    add_debug_check(*o, fn, output.numel(), output.dtype());
+    size_t bytes = output.nbytes();
+    Buffer s = make_buffer(bytes * size());
+    o->buffers.push_back(s);
+    for (size_t r = 0; r < inputs.size(); ++r) std::memcpy(s->data() + r * bytes, inputs[r].data_ptr(), bytes);
+    add_reduce_scatter_op(*o, s->data(), output, op);
+    return e_->submit(o);
+  }
+
+  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
+    const char* fn = "all_to_all";
+    check_tensor(fn, "input", input);
+    check_tensor(fn, "output", output);
+    check_same_dtype(fn, "output", output, input);
+    if (input.numel() % size() != 0) {
+      throw CommError(e_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
+                      shape_str(input) + ", not divisible by the group size " + std::to_string(size()));
+    }
+    if (output.numel() != input.numel()) {
+      throw CommError(e_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements, input has " +
+                      std::to_string(input.numel()));
+    }
+    auto o = e_->new_op(fn);
+    o->keep = {output, input};
+    add_debug_check(*o, fn, input.numel(), input.dtype());
+    const char* in = stage_if_overlapping(*o, input, output);
+    add_alltoall(*o, e_->comm(), in, static_cast<char*>(output.data_ptr()), input.numel() / size(),
+                 move_type(input.dtype()));
+    return e_->submit(o);
+  }
+
+  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
+    const char* fn = "send";
+    check_tensor(fn, "tensor", tensor);
+    check_rank(fn, "dst", dst);
+    check_tag(fn, tag);
+    auto o = e_->new_op(fn);
+    o->p2p = true;
+    o->timed = false;
+    // Buffered: the data is copied now, so the caller may reuse the tensor once send_async returns.
+    Buffer s = make_buffer(tensor.nbytes());
+    std::memcpy(s->data(), tensor.data_ptr(), tensor.nbytes());
+    o->buffers.push_back(s);
+    MPI_Datatype type = move_type(tensor.dtype());
+    size_t es = type_size(type);
+    MPI_Comm comm = e_->comm();
+    for_chunks(tensor.numel(), [&](int64_t off, int64_t m) {
+      o->steps.push_back({[=](MPI_Request* r) {
+        return MPI_Isend(s->data() + off * es, static_cast<int>(m), type, dst, tag, comm, r);
+      }, nullptr});
+    });
+    return e_->submit(o);
+  }
+
+  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
+    const char* fn = "recv";
+    check_tensor(fn, "tensor", tensor);
+    check_rank(fn, "src", src);
+    check_tag(fn, tag);
+    auto o = e_->new_op(fn);
+    o->p2p = true;
+    o->keep.push_back(tensor);
+    MPI_Datatype type = move_type(tensor.dtype());
+    size_t es = type_size(type);
+    MPI_Comm comm = e_->comm();
+    char* data = static_cast<char*>(tensor.data_ptr());
+    std::string where = e_->where(fn);
+    for_chunks(tensor.numel(), [&](int64_t off, int64_t m) {
+      o->steps.push_back({[=](MPI_Request* r) {
+        return MPI_Irecv(data + off * es, static_cast<int>(m), type, src, tag, comm, r);
+      }, [=](const MPI_Status& st) {
+        int got = 0;
+        MPI_Get_count(&st, type, &got);
+        if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != 0) {
+          throw CommError(where + ": from rank " + std::to_string(src) + " tag " + std::to_string(tag) + ": " +
+                          mpi_error_string(st.MPI_ERROR));
+        }
+        if (got != m) {
+          throw CommError(where + ": expected " + std::to_string(m) + " elements from rank " + std::to_string(src) +
+                          " (tag " + std::to_string(tag) + "), got " + std::to_string(got));
+        }
+      }});
+    });
+    return e_->submit(o);
+  }
+
+  WorkPtr barrier_async() override {
+    auto o = e_->new_op("barrier");
+    MPI_Comm comm = e_->comm();
+    o->steps.push_back({[=](MPI_Request* r) { return MPI_Ibarrier(comm, r); }, nullptr});
+    return e_->submit(o);
+  }
+
+  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
+    const char* fn = "new_group";
+    if (ranks.empty()) throw CommError(e_->where(fn) + ": ranks is empty");
+    std::vector<bool> seen(size(), false);
+    for (int r : ranks) {
+      if (r < 0 || r >= size()) {
+        throw CommError(e_->where(fn) + ": rank " + std::to_string(r) + " is not in [0, " + std::to_string(size()) + ")");
+      }
+      if (seen[r]) throw CommError(e_->where(fn) + ": rank " + std::to_string(r) + " appears twice");
+      seen[r] = true;
+    }
+    auto it = std::find(ranks.begin(), ranks.end(), rank());
+    int color = it == ranks.end() ? -1 : 0;
+    int key = it == ranks.end() ? 0 : static_cast<int>(it - ranks.begin());
+    // Every rank must pass the same list: compare a hash of it across ranks.
+    uint64_t h = 1469598103934665603ull;
+    for (int r : ranks) h = (h ^ static_cast<uint64_t>(r + 1)) * 1099511628211ull;
+    return make_subgroup(fn, color, key, static_cast<int64_t>(h & 0x7fffffffffffffffull), std::move(options));
+  }
+
+  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
+    return make_subgroup("split", color < 0 ? -1 : color, key, 0, std::move(options));
+  }
+
+ private:
+  void check_tensor(const char* fn, const char* what, const Tensor& t) const {
+    if (!t.defined()) throw CommError(e_->where(fn) + ": " + what + " is undefined");
+    if (!t.is_cpu()) {
+      throw CommError(e_->where(fn) + ": " + what + " is on " + t.device().str() + "; the mpi backend takes CPU tensors");
+    }
+    if (!t.is_contiguous()) {
+      throw CommError(e_->where(fn) + ": " + what + " " + shape_str(t) +
+                      " is not contiguous; pass a contiguous tensor (.contiguous(), then copy back)");
+    }
+  }
+  void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
+    if (t.dtype() != ref.dtype()) {
+      throw CommError(e_->where(fn) + ": " + what + " is " + dtype_name(t.dtype()) + ", expected " +
+                      dtype_name(ref.dtype()));
+    }
+  }
+  void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
+    if (static_cast<int>(list.size()) != size()) {
+      throw CommError(e_->where(fn) + ": " + what + " holds " + std::to_string(list.size()) + " tensors, expected " +
+                      std::to_string(size()) + " (the group size)");
+    }
+    for (size_t r = 0; r < list.size(); ++r) {
+      std::string name = std::string(what) + "[" + std::to_string(r) + "]";
+      check_tensor(fn, name.c_str(), list[r]);
+      check_same_dtype(fn, name.c_str(), list[r], like);
+      if (list[r].numel() != like.numel()) {
+        throw CommError(e_->where(fn) + ": " + name + " has " + std::to_string(list[r].numel()) + " elements " +
+                        shape_str(list[r]) + ", expected " + std::to_string(like.numel()) + " " + shape_str(like));
+      }
+    }
+  }
+  void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
+    if (op == ReduceOp::AVG && !troupe::is_floating_point(dt)) {
+      throw CommError(e_->where(fn) + ": AVG needs a floating dtype, got " + dtype_name(dt));
+    }
+  }
+  void check_rank(const char* fn, const char* what, int r) const {
+    if (r < 0 || r >= size()) {
+      throw CommError(e_->where(fn) + ": " + what + " " + std::to_string(r) + " is not in [0, " + std::to_string(size()) +
+                      ")");
+    }
+  }
+  void check_tag(const char* fn, int tag) const {
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    int max_tag = flag && ub ? *ub : 32767;
+    if (tag < 0 || tag > max_tag) {
+      throw CommError(e_->where(fn) + ": tag " + std::to_string(tag) + " is not in [0, " + std::to_string(max_tag) + "]");
+    }
+  }
+
+  /// Input's data, or a copy of it when it overlaps `output` (MPI forbids aliased buffers).
+  const char* stage_if_overlapping(OpState& o, const Tensor& input, const Tensor& output) {
+    const char* in = static_cast<const char*>(input.data_ptr());
+    if (!overlaps(in, input.nbytes(), output.data_ptr(), output.nbytes())) return in;
+    Buffer s = make_buffer(input.nbytes());
+    std::memcpy(s->data(), in, input.nbytes());
+    o.buffers.push_back(s);
+    return s->data();
+  }
+
+  void add_reduce_scatter_op(OpState& o, const char* in, Tensor& output, ReduceOp op) {
+    int64_t n = output.numel();
+    ScalarType dt = output.dtype();
+    int size = this->size();
+    char* out = static_cast<char*>(output.data_ptr());
+    if (is_16bit_float(dt)) {
+      Buffer fin = make_buffer(n * size * sizeof(float)), fout = make_buffer(n * sizeof(float));
+      o.buffers.push_back(fin);
+      o.buffers.push_back(fout);
+      o.before = [=] { widen(in, reinterpret_cast<float*>(fin->data()), n * size, dt); };
+      add_reduce_scatter(o, e_->comm(), rank(), size, fin->data(), fout->data(), n, MPI_FLOAT, reduce_mpi_op(op, dt));
+      o.after = [=] {
+        if (op == ReduceOp::AVG) divide_by(fout->data(), n, MPI_FLOAT, size);
+        narrow(reinterpret_cast<float*>(fout->data()), out, n, dt);
+      };
+    } else {
+      MPI_Datatype type = move_type(dt);
+      add_reduce_scatter(o, e_->comm(), rank(), size, in, out, n, type, reduce_mpi_op(op, dt));
+      if (op == ReduceOp::AVG) o.after = [=] { divide_by(out, n, type, size); };
+    }
+  }
+
+  /// With debug checks on: a first step all-reducing (numel, dtype) so that every rank fails alike when
+  /// they differ.
+  void add_debug_check(OpState& o, const char* fn, int64_t numel, ScalarType dt) {
+    if (!g_debug.load()) return;
+    auto v = std::make_shared<std::array<int64_t, 4>>();
+    *v = {numel, static_cast<int64_t>(dt), -numel, -static_cast<int64_t>(dt)};
+    MPI_Comm comm = e_->comm();
+    std::string where = e_->where(fn);
+    int rank = this->rank();
+    o.steps.insert(o.steps.begin(), Step{[=](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, v->data(), 4, MPI_INT64_T, MPI_MAX, comm, r);
+    }, [=](const MPI_Status&) {
+      auto& a = *v;
+      if (a[0] != -a[2]) {
+        throw CommError(where + ": ranks disagree on the tensor size: rank " + std::to_string(rank) + " has " +
+                        std::to_string(numel) + " elements; across ranks from " + std::to_string(-a[2]) + " to " +
+                        std::to_string(a[0]));
+      }
+      if (a[1] != -a[3]) {
+        throw CommError(where + ": ranks disagree on the dtype: rank " + std::to_string(rank) + " has " +
+                        dtype_name(dt) + ", another rank has " +
+                        dtype_name(static_cast<ScalarType>(a[1] == static_cast<int64_t>(dt) ? -a[3] : a[1])));
+      }
+    }});
+  }
+
+  /// new_group / split: all ranks exchange (color, key, check) with a timed MPI_Iallgather, then call
+  /// MPI_Comm_split, which no longer waits for anyone.
+  ProcessGroupPtr make_subgroup(const char* fn, int color, int key, int64_t check, std::optional<GroupOptions> options) {
+    auto o = e_->new_op(fn);
+    int n = size();
+    auto mine = std::make_shared<std::array<int64_t, 3>>();
+    *mine = {color, key, check};
+    auto all = std::make_shared<std::vector<int64_t>>(3 * n);
+    auto result = std::make_shared<ProcessGroupPtr>();
+    MPI_Comm comm = e_->comm();
+    o->steps.push_back({[=](MPI_Request* r) {
+      return MPI_Iallgather(mine->data(), 3, MPI_INT64_T, all->data(), 3, MPI_INT64_T, comm, r);
+    }, nullptr});
+    GroupOptions parent = e_->options();
+    int me = rank();
+    std::string where = e_->where(fn);
+    o->after = [=] {
+      auto& a = *all;
+      for (int r = 0; r < n; ++r) {
+        if (a[3 * r + 2] != check) {
+          throw CommError(where + ": ranks passed different rank lists (rank " + std::to_string(r) + "'s differs from rank " +
+                          std::to_string(me) + "'s)");
+        }
+      }
+      MPI_Comm sub = MPI_COMM_NULL;
+      int rc = MPI_Comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &sub);
+      if (rc != MPI_SUCCESS) throw CommError(where + ": MPI_Comm_split failed: " + mpi_error_string(rc));
+      if (color < 0 || sub == MPI_COMM_NULL) return;
+      // Members in new-rank order: by (key, parent rank).
+      std::vector<std::pair<int64_t, int>> members;
+      for (int r = 0; r < n; ++r) {
+        if (a[3 * r] == color) members.push_back({a[3 * r + 1], r});
+      }
+      std::sort(members.begin(), members.end());
+      GroupOptions opts = options ? *options : parent;
+      if (!options || opts.name.empty() || opts.name == "world") {
+        std::string name = "group[";
+        for (size_t i = 0; i < members.size(); ++i) name += (i ? "," : "") + std::to_string(members[i].second);
+        opts.name = name + "]";
+      }
+      auto engine = std::make_shared<Engine>(sub, opts);
+      engine->start_worker();
+      *result = std::make_shared<MpiProcessGroup>(engine);
+    };
+    e_->submit(o)->wait();
+    return *result;
+  }
+
+  std::shared_ptr<Engine> e_;
+};
+
+}  // namespace
+
+bool started_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+void set_mpi_debug_checks(bool on) { g_debug.store(on); }
+
+namespace detail {
+void set_mpi_max_count(int64_t count) { g_max_count.store(count < 1 ? 1 : std::min<int64_t>(count, INT_MAX)); }
+}  // namespace detail
+
+ProcessGroupPtr make_mpi_world(GroupOptions options) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (fin) throw CommError("[make_mpi_world] MPI was already finalized");
+  int provided = 0;
+  if (!init) {
+    // libnbc's default MPI_Iallreduce algorithms (binomial / Rabenseifner) ran 2-4x slower than the
+    // blocking MPI_Allreduce here; its ring matches it. A value the user set wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) throw CommError("[make_mpi_world] MPI_Init_thread failed: " + mpi_error_string(rc));
+    g_we_initialized = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    throw CommError("[make_mpi_world] MPI provides thread level " + std::to_string(provided) +
+                    ", the mpi backend needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +
+                    "): each group's worker thread calls MPI");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (rc != MPI_SUCCESS) throw CommError("[make_mpi_world] MPI_Comm_dup failed: " + mpi_error_string(rc));
+  auto engine = std::make_shared<Engine>(comm, std::move(options));
+  engine->start_worker();
+  return std::make_shared<MpiProcessGroup>(engine);
+}
+
+void mpi_finalize() {
+  std::vector<std::shared_ptr<Engine>> live;
+  {
+    std::lock_guard<std::mutex> g(g_engines_mu);
+    for (auto& w : g_engines) {
+      if (auto e = w.lock()) live.push_back(e);
+    }
+    g_engines.clear();
+  }
+  for (auto& e : live) e->shutdown("mpi_finalize was called");
+  live.clear();
+  if (g_we_initialized && mpi_alive()) MPI_Finalize();
+}
+
+}  // namespace troupe::comm

@@ -1,0 +1,164 @@
+// launch::init / finalize / run (launch.h).
+#include <troupe/launch/launch.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include <troupe/comm/local.h>
+#ifdef TROUPE_HAVE_MPI
+#include <troupe/comm/mpi.h>
+#endif
+
+namespace troupe::launch {
+namespace {
+
+std::mutex g_mu;
+bool g_inited = false;
+bool g_finalized = false;
+bool g_uses_mpi = false;
+Context g_ctx;
+std::mutex g_print_mu;
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+void announce(const Context& c) {
+  std::lock_guard<std::mutex> g(g_print_mu);
+  std::printf("[troupe] rank %d/%d backend %s device %s host %s\n", c.rank, c.size, c.backend.c_str(),
+              c.device.str().c_str(), c.host.c_str());
+  std::fflush(stdout);
+}
+
+void finalize_at_exit() { finalize(); }
+
+/// Takes --ranks N / --ranks=N out of argv (in place); 0 when absent.
+int take_ranks_flag(int& argc, char** argv) {
+  int ranks = 0;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* value = nullptr;
+    if (std::strcmp(a, "--ranks") == 0) {
+      if (i + 1 >= argc) throw std::invalid_argument("[launch::run] --ranks needs a value (a number of ranks)");
+      value = argv[++i];
+    } else if (std::strncmp(a, "--ranks=", 8) == 0) {
+      value = a + 8;
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+    char* end = nullptr;
+    long n = std::strtol(value, &end, 10);
+    if (end == value || *end != '\0' || n < 1 || n > 4096) {
+      throw std::invalid_argument(std::string("[launch::run] --ranks needs a number of ranks in [1, 4096], got '") +
+                                  value + "'");
+    }
+    ranks = static_cast<int>(n);
+  }
+  if (out < argc) argv[out] = nullptr;
+  argc = out;
+  return ranks;
+}
+
+}  // namespace
+
+Context init(int& argc, char**& argv) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (g_inited && !g_finalized) return g_ctx;
+  if (g_finalized) throw std::runtime_error("[launch::init] called after launch::finalize()");
+  Context c;
+  c.host = host_name();
+  c.device = Device(kCPU);
+  if (under_mpirun()) {
+#ifdef TROUPE_HAVE_MPI
+    c.world = comm::make_mpi_world();
+    c.backend = "mpi";
+    c.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    g_uses_mpi = true;
+#else
+    throw std::runtime_error(std::string("[launch::init] started by mpirun (OMPI_COMM_WORLD_SIZE=") +
+                             std::getenv("OMPI_COMM_WORLD_SIZE") +
+                             ") but troupe was built without MPI; rebuild with MPI found (TROUPE_MPI=ON)");
+#endif
+  } else {
+    c.world = comm::make_local_groups(1).at(0);
+    c.backend = c.world->backend();
+    c.local_rank = 0;
+  }
+  c.rank = c.world->rank();
+  c.size = c.world->size();
+  comm::set_world(c.world);
+  g_ctx = c;
+  g_inited = true;
+  std::atexit(finalize_at_exit);
+  announce(c);
+  return c;
+}
+
+void finalize() {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (!g_inited || g_finalized) return;
+  g_finalized = true;
+  if (g_ctx.world) {
+    try {
+      g_ctx.world->barrier();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[troupe] rank %d: launch::finalize: barrier failed: %s\n", g_ctx.rank, e.what());
+    }
+  }
+  comm::set_world(nullptr);
+  g_ctx.world.reset();
+#ifdef TROUPE_HAVE_MPI
+  if (g_uses_mpi) comm::mpi_finalize();
+#endif
+}
+
+int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
+  int ranks = take_ranks_flag(argc, argv);
+  if (under_mpirun() || ranks == 0) {
+    if (ranks > 0 && ranks != env_int("OMPI_COMM_WORLD_SIZE", ranks)) {
+      throw std::invalid_argument("[launch::run] --ranks " + std::to_string(ranks) + " under mpirun -np " +
+                                  std::getenv("OMPI_COMM_WORLD_SIZE") +
+                                  ": the ranks are mpirun's processes; drop --ranks");
+    }
+    Context c = init(argc, argv);
+    int code = main_fn(c);
+    c.world.reset();
+    finalize();
+    return code;
+  }
+  std::vector<int> codes(ranks, 0);
+  std::string host = host_name();
+  comm::run_local(ranks, [&](comm::ProcessGroupPtr pg) {
+    Context c;
+    c.rank = pg->rank();
+    c.size = pg->size();
+    c.local_rank = c.rank;
+    c.backend = pg->backend();
+    c.host = host;
+    c.device = Device(kCPU);
+    c.world = pg;
+    announce(c);
+    codes[c.rank] = main_fn(c);
+  });
+  return *std::max_element(codes.begin(), codes.end());
+}
+
+}  // namespace troupe::launch

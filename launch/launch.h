@@ -1,0 +1,55 @@
+// Starting a distributed program: the same binary runs in one process, as N ranks on threads
+// (`--ranks N`), or under `mpirun -np N` (one rank per process, over one host or a hostfile's).
+//
+//   int main(int argc, char** argv) {
+//     return launch::run(argc, argv, [](launch::Context& ctx) {
+//       Tensor t = full({4}, ctx.rank + 1.0);
+//       ctx.world->all_reduce(t);            // size*(size+1)/2 on every rank
+//       return 0;
+//     });
+//   }
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <troupe/comm/process_group.h>
+#include <troupe/tensor/device.h>
+
+namespace troupe::launch {
+
+/// What a rank knows about itself.
+struct Context {
+  /// This rank in the world, 0 <= rank < size.
+  int rank = 0;
+  /// Number of ranks in the world.
+  int size = 1;
+  /// This rank's index among the ranks on its host (OMPI_COMM_WORLD_LOCAL_RANK; the thread's rank
+  /// with --ranks).
+  int local_rank = 0;
+  /// The world group's backend: "mpi" or "local".
+  std::string backend;
+  /// This host's name.
+  std::string host;
+  /// The device this rank computes on.
+  Device device;
+  /// The world group (also comm::world()).
+  comm::ProcessGroupPtr world;
+};
+
+/// Sets up this process's world: over MPI when started by mpirun (OMPI_COMM_WORLD_RANK / SIZE /
+/// LOCAL_RANK set), else a `local` group of one rank. Sets comm::world(), prints
+/// "[troupe] rank 0/2 backend mpi device cpu host <hostname>" and registers finalize() with atexit.
+/// Calling it again returns the same world.
+Context init(int& argc, char**& argv);
+
+/// Barrier on the world, then MPI_Finalize when MPI is in use; clears comm::world(). Idempotent.
+void finalize();
+
+/// Runs main_fn once per rank and returns the largest exit code. Takes `--ranks N` (or --ranks=N) out
+/// of argv: without mpirun, main_fn then runs on N threads forming a `local` world of N (each thread
+/// gets its own Context and comm::world()); under mpirun it runs once per process. An exception in a
+/// rank propagates (with threads: the first one, naming its rank, once every thread ended).
+int run(int argc, char** argv, std::function<int(Context&)> main_fn);
+
+}  // namespace troupe::launch
