@@ -131,7 +131,9 @@ struct Step {
 /// One queued op and its completion.
 struct OpState {
   std::string name;  // "all_reduce"
-  uint64_t seq = 0;
+  uint64_t seq = 0;  // collectives only: send and recv take no sequence number
+  std::string label;  // "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3", set by submit
+  std::string peer;   // p2p: " from rank 1 (tag 0)"
   bool p2p = false;
   bool timed = true;  // fails past the group's timeout (buffered sends do not)
   std::vector<Step> steps;
@@ -249,7 +251,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     int rc = op->steps[op->next].start(&op->req);
     if (rc != MPI_SUCCESS) {
       op->req = MPI_REQUEST_NULL;
-      fail(op, where(op->name, op->seq) + ": MPI call failed: " + mpi_error_string(rc));
+      fail(op, op->label + ": MPI call failed: " + mpi_error_string(rc));
       return false;
     }
     return true;
@@ -291,7 +293,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     if (rc != MPI_SUCCESS) {
       if (op->req != MPI_REQUEST_NULL) orphans_.push_back({op->req, op});
       op->req = MPI_REQUEST_NULL;
-      fail(op, where(op->name, op->seq) + ": MPI_Test failed: " + mpi_error_string(rc));
+      fail(op, op->label + ": MPI_Test failed: " + mpi_error_string(rc));
       return {false, true};
     }
     if (!flag) {
@@ -314,7 +316,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   void timed_out(const OpPtr& op) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.timeout).count();
-    std::string msg = where(op->name, op->seq) + ": did not complete within " + std::to_string(ms) +
+    std::string msg = op->label + ": did not complete within " + std::to_string(ms) +
                       " ms; ranks not arrived: unknown";
     if (op->p2p) {
       // A point-to-point request can be cancelled; the group stays usable.
@@ -350,7 +352,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
       }
       moved = true;
       if (!broken.empty()) {
-        fail(op, where(op->name, op->seq) + ": group unusable: " + broken);
+        fail(op, op->label + ": group unusable: " + broken);
         continue;
       }
       if (!begin(op)) continue;
@@ -461,9 +463,8 @@ class MpiWork : public Work {
         op_->cv.wait_for(l, std::chrono::microseconds(500), [&] { return op_->done.load(); });
       }
       if (!op_->done.load() && Clock::now() >= deadline) {
-        throw CommError("[wait] " + op_->name + " op #" + std::to_string(op_->seq) + " of group '" +
-                        engine_->options().name + "' did not complete within " +
-                        std::to_string(timeout->count()) + " ms");
+        throw CommError("[wait] " + op_->label + ": did not complete within " + std::to_string(timeout->count()) +
+                        " ms (Work::wait's timeout; the op goes on)");
       }
     }
     if (op_->error) std::rethrow_exception(op_->error);
@@ -479,7 +480,12 @@ WorkPtr Engine::submit(OpPtr op) {
   std::string why;
   {
     std::lock_guard<std::mutex> g(q_mu_);
-    op->seq = seq_.fetch_add(1);
+    if (op->p2p) {
+      op->label = where(op->name) + op->peer;
+    } else {
+      op->seq = seq_.fetch_add(1);
+      op->label = where(op->name, op->seq);
+    }
     if (stopped_ || stopping_) {
       refused = true;
       why = "group was shut down (destroyed or mpi_finalize called)";
@@ -491,7 +497,7 @@ WorkPtr Engine::submit(OpPtr op) {
       queue_.push_back(op);
     }
   }
-  if (refused) op->complete(std::make_exception_ptr(CommError(where(op->name, op->seq) + ": " + why)));
+  if (refused) op->complete(std::make_exception_ptr(CommError(op->label + ": " + why)));
   else q_cv_.notify_one();
   return std::make_shared<MpiWork>(shared_from_this(), op);
 }
@@ -515,7 +521,7 @@ void Engine::shutdown(const std::string& why) {
     stopped_ = true;
   }
   bool alive = mpi_alive();
-  auto msg = [&](const OpPtr& op) { return where(op->name, op->seq) + ": " + why; };
+  auto msg = [&](const OpPtr& op) { return op->label + ": " + why; };
   for (auto& op : queued) fail(op, msg(op));
   std::vector<OpPtr> running = inflight_;
   if (current_) running.push_back(current_);
@@ -811,6 +817,7 @@ class MpiProcessGroup : public ProcessGroup {
     auto o = e_->new_op(fn);
     o->p2p = true;
     o->timed = false;
+    o->peer = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
     // Buffered: the data is copied now, so the caller may reuse the tensor once send_async returns.
     Buffer s = make_buffer(tensor.nbytes());
     std::memcpy(s->data(), tensor.data_ptr(), tensor.nbytes());
@@ -833,6 +840,7 @@ class MpiProcessGroup : public ProcessGroup {
     check_tag(fn, tag);
     auto o = e_->new_op(fn);
     o->p2p = true;
+    o->peer = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
     o->keep.push_back(tensor);
     MPI_Datatype type = move_type(tensor.dtype());
     size_t es = type_size(type);
@@ -1035,8 +1043,8 @@ class MpiProcessGroup : public ProcessGroup {
       }
       std::sort(members.begin(), members.end());
       GroupOptions opts = options ? *options : parent;
-      if (!options || opts.name.empty() || opts.name == "world") {
-        std::string name = "group[";
+      if (!options || opts.name.empty() || opts.name == GroupOptions{}.name) {
+        std::string name = parent.name + "/group[";
         for (size_t i = 0; i < members.size(); ++i) name += (i ? "," : "") + std::to_string(members[i].second);
         opts.name = name + "]";
       }

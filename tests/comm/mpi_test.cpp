@@ -281,6 +281,15 @@ TEST(MpiCollectives, AsyncCompletesInIssueOrder) {
   }
   pg->barrier();
   EXPECT_EQ(pg->sequence_number(), seq0 + 9);
+  // send and recv take no sequence number; new_group and split take one.
+  int n1 = (me + 1) % n, p1 = (me + n - 1) % n;
+  Tensor r = zeros({1});
+  pg->send(full({1}, 1.0), n1);
+  pg->recv(r, p1);
+  EXPECT_EQ(pg->sequence_number(), seq0 + 9);
+  auto sub = pg->split(0, me);
+  EXPECT_EQ(pg->sequence_number(), seq0 + 10);
+  EXPECT_EQ(sub->sequence_number(), 0u);
 }
 
 TEST(MpiCollectives, ChunkedMessages) {
@@ -376,7 +385,9 @@ TEST(MpiGroups, NewGroupAndSplit) {
     double want = 0;
     for (int r : evens) want += r + 1;
     expect_all(t, [&](int64_t) { return want; }, "new_group all_reduce");
-    EXPECT_TRUE(contains(g->options().name, "group[")) << g->options().name;
+    std::string name = "world/group[";
+    for (size_t i = 0; i < evens.size(); ++i) name += (i ? "," : "") + std::to_string(evens[i]);
+    EXPECT_EQ(g->options().name, name + "]");
   } else {
     EXPECT_EQ(g, nullptr);
   }
@@ -497,7 +508,9 @@ TEST(MpiTimeout, LateRankMakesOthersFailNobodyHangs) {
     Tensor r = zeros({1});
     auto w = pg->recv_async(r, 1, 77);
     std::string err = error_of([&] { w->wait(100ms); });
-    EXPECT_TRUE(contains(err, "[wait] recv") && contains(err, "did not complete within 100 ms")) << err;
+    EXPECT_TRUE(contains(err, "[wait] [recv] group 'world'") && contains(err, "from rank 1 (tag 77)") &&
+                contains(err, "did not complete within 100 ms"))
+        << err;
     pg->barrier();
     w->wait();
     expect_all(r, [](int64_t) { return 5.0; }, "recv after a bounded wait");
