@@ -29,6 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int64_t> g_max_count{INT_MAX};
+constexpr size_t kWakeBytes = 64 * 1024;  // ops this large wake the worker when queued
 std::atomic<bool> g_debug{[] {
   const char* e = std::getenv("TROUPE_COMM_DEBUG");
   return e && *e && std::strcmp(e, "0") != 0;
@@ -135,6 +136,7 @@ struct OpState {
   std::string label;  // "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3", set by submit
   std::string peer;   // p2p: " from rank 1 (tag 0)"
   bool p2p = false;
+  size_t bytes = 0;  // payload; decides whether submit wakes the worker
   bool timed = true;  // fails past the group's timeout (buffered sends do not)
   std::vector<Step> steps;
   size_t next = 0;  // index of the step in flight (or to start)
@@ -403,15 +405,23 @@ class Engine : public std::enable_shared_from_this<Engine> {
         std::unique_lock<std::mutex> l(q_mu_);
         if (stopping_) return;
         if (pending_.load() == 0) {
-          if (orphan_count_.load() == 0) q_cv_.wait(l, [&] { return stopping_ || pending_.load() > 0; });
-          else q_cv_.wait_for(l, std::chrono::milliseconds(10));
+          // Idle. Small ops are queued without waking us (the thread that waits for one runs it, with no
+          // hand-off); this periodic look picks up those that nobody waits for yet.
+          q_cv_.wait_for(l, kIdleLook, [&] { return stopping_ || pending_.load() > 0; });
           idle = 0;
         } else if (idle >= 20000) {
           q_cv_.wait_for(l, std::chrono::microseconds(100));
         }
         if (stopping_) return;
+        if (pending_.load() == 0 && orphan_count_.load() == 0) continue;
       }
-      std::lock_guard<std::mutex> ex(exec_mu_);
+      std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
+      if (!ex.owns_lock()) {
+        // A waiting thread runs the ops; it wakes us if it leaves some behind.
+        std::unique_lock<std::mutex> l(q_mu_);
+        q_cv_.wait_for(l, kIdleLook);
+        continue;
+      }
       for (int i = 0; i < 256; ++i) {
         if (progress()) idle = 0;
         else if (++idle >= 2000 && idle < 20000) sched_yield();
@@ -420,6 +430,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
       if (pending_.load() == 0 && !orphans_.empty()) test_orphans();
     }
   }
+
+  static constexpr auto kIdleLook = std::chrono::milliseconds(1);
 
   MPI_Comm comm_;
   GroupOptions opts_;
@@ -476,7 +488,10 @@ class MpiWork : public Work {
 };
 
 WorkPtr Engine::submit(OpPtr op) {
+  for (auto& t : op->keep) op->bytes += t.nbytes();
+  for (auto& b : op->buffers) op->bytes += b->size();
   bool refused = false;
+  bool wake = false;
   std::string why;
   {
     std::lock_guard<std::mutex> g(q_mu_);
@@ -495,10 +510,14 @@ WorkPtr Engine::submit(OpPtr op) {
     } else {
       pending_.fetch_add(1);
       queue_.push_back(op);
+      // Waking the worker costs a futex call and a context switch per op, as much as a whole 4 KB
+      // all-reduce: small ops are left to the thread that waits for them (or the worker's next look,
+      // within kIdleLook); large ones, or ops queued behind others, start at once.
+      wake = op->bytes >= kWakeBytes || queue_.size() > 1;
     }
   }
   if (refused) op->complete(std::make_exception_ptr(CommError(op->label + ": " + why)));
-  else q_cv_.notify_one();
+  else if (wake) q_cv_.notify_one();
   return std::make_shared<MpiWork>(shared_from_this(), op);
 }
 

@@ -1,0 +1,93 @@
+// all_reduce bus bandwidth of troupe's mpi group against raw MPI_Allreduce on the same buffers, 4 KB to
+// 64 MB of float32: run as `mpirun --allow-run-as-root -np 2 comm_bench [--quick]`. Bus bandwidth =
+// 2*(n-1)/n * bytes / time (nccl-tests' definition); the ratio troupe / raw should be >= 0.95.
+// Samples alternate between the two, each the slowest rank's time of a timed loop; medians reported.
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+
+#include <troupe/comm/mpi.h>
+#include <troupe/tensor/ops.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+using namespace troupe;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per call of f over `iters` calls, the slowest rank's.
+template <typename F>
+double time_loop(int iters, F f) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  auto pg = comm::make_mpi_world();  // initialises MPI (MPI_THREAD_MULTIPLE)
+  int n = pg->size(), me = pg->rank();
+  if (n < 2) {
+    std::printf("comm_bench: run under mpirun -np 2 (or more); size is %d\n", n);
+    pg.reset();
+    comm::mpi_finalize();
+    return 0;
+  }
+  // Correctness first: every rank contributes rank + 1.
+  Tensor check = full({1 << 16}, me + 1.0);
+  pg->all_reduce(check);
+  auto v = check.to_vector<float>();
+  bool ok = std::all_of(v.begin(), v.end(), [&](float x) { return x == n * (n + 1) / 2.0f; });
+  if (me == 0) {
+    std::printf("all_reduce bus bandwidth, %d ranks, float32 SUM in place (GB/s; ratio = troupe / raw MPI_Allreduce)\n", n);
+    std::printf("%10s %12s %12s %8s\n", "bytes", "raw MPI", "troupe", "ratio");
+  }
+  int samples = quick ? 3 : 9;
+  double worst = 1e9;
+  for (size_t bytes = 4096; bytes <= (size_t{64} << 20); bytes *= 4) {
+    int64_t count = static_cast<int64_t>(bytes / 4);
+    Tensor t = zeros({count});  // zeros: repeated sums stay finite
+    float* data = t.data_ptr<float>();
+    // About 20 ms per sample.
+    double one = time_loop(3, [&] { MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+    int iters = std::max(3, std::min(20000, static_cast<int>((quick ? 0.005 : 0.02) / std::max(one, 1e-7))));
+    MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<double> raw, ours;
+    for (int s = 0; s < samples; ++s) {
+      auto run_raw = [&] {
+        raw.push_back(time_loop(iters, [&] {
+          MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }));
+      };
+      auto run_ours = [&] { ours.push_back(time_loop(iters, [&] { pg->all_reduce(t); })); };
+      if (s % 2) { run_raw(); run_ours(); } else { run_ours(); run_raw(); }
+    }
+    double factor = 2.0 * (n - 1) / n * static_cast<double>(bytes) / 1e9;
+    double bw_raw = factor / median(raw), bw_ours = factor / median(ours);
+    double ratio = bw_ours / bw_raw;
+    worst = std::min(worst, ratio);
+    if (me == 0) {
+      std::printf("%10zu %12.3f %12.3f %8.3f %s\n", bytes, bw_raw, bw_ours, ratio, ratio >= 0.95 ? "" : "(< 0.95)");
+      std::fflush(stdout);
+    }
+  }
+  if (me == 0) {
+    std::printf("correctness: %s; lowest ratio %.3f (target >= 0.95)\n", ok ? "ok" : "WRONG", worst);
+  }
+  pg.reset();
+  comm::mpi_finalize();
+  return ok ? 0 : 1;
+}
