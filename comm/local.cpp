@@ -217,7 +217,7 @@ struct Rendezvous {
   int n_arrived = 0, n_computed = 0, n_left = 0;
   bool ready = false;  // every rank arrived, consistently: phase 1 may start
   std::string error;   // set instead of ready (mismatch, timeout, abort) or by a failing phase 1
-  std::unique_ptr<std::byte[]> staging;
+  std::byte* staging = nullptr;  // all_reduce: the group's staging buffer
   std::vector<std::shared_ptr<WorldState>> new_states;  // per rank: its new group's state, or null
   std::vector<int> new_ranks;                           // per rank: its rank in that group
 };
@@ -237,6 +237,10 @@ struct WorldState {
   std::condition_variable cv;
   std::map<uint64_t, std::shared_ptr<Rendezvous>> rendezvous;           // by sequence number
   std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // by (src, dst, tag)
+  // all_reduce's staging buffer, kept between collectives: collective s+1 becomes ready only once every
+  // rank has finished collective s, so one buffer per group is never used by two at once.
+  std::unique_ptr<std::byte[]> staging;
+  size_t staging_bytes = 0;
 };
 
 void Universe::abort(const std::string& why) {
@@ -372,19 +376,26 @@ class LocalGroup final : public ProcessGroup {
     const int64_t n = tensor.numel();
     const size_t es = tensor.element_size();
     return issue(OpKind::AllReduce, [this, tensor, s, n, es, op](uint64_t seq) {
+      if (size() == 1) return collective(seq, s, nullptr, nullptr);  // the identity, for every op
       collective(
           seq, s,
-          [&](Rendezvous& rv) {
-            if (n > 0) rv.staging.reset(new std::byte[n * es]);
+          [&](Rendezvous& rv) {  // under the group's lock
+            const size_t bytes = n * es;
+            if (st_->staging_bytes < bytes) {
+              st_->staging.reset();
+              st_->staging.reset(new std::byte[bytes]);
+              st_->staging_bytes = bytes;
+            }
+            rv.staging = st_->staging.get();
           },
           [&](const Rendezvous& rv) {
             const int64_t b = n * rank_ / size(), e = n * (rank_ + 1) / size();
             std::vector<const std::byte*> ins(size());
             for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].in + b * es;
-            reduce_into(s.dtype, op, ins, rv.staging.get() + b * es, e - b);
+            reduce_into(s.dtype, op, ins, rv.staging + b * es, e - b);
           },
           [&](const Rendezvous& rv) {
-            if (n > 0) std::memcpy(s.out, rv.staging.get(), n * es);
+            if (n > 0) std::memcpy(s.out, rv.staging, n * es);
           });
     });
   }

@@ -9,7 +9,8 @@
 //
 // Tensors must be contiguous CPU tensors, each rank's its own memory. Each rank's group object runs its
 // collectives and point-to-point ops in issue order on a worker thread of its own; send is eager (the
-// data is copied into the receiver's mailbox), so a ring of blocking send-then-recv does not deadlock.
+// data is copied into the receiver's mailbox), so a ring of blocking send-then-recv does not deadlock;
+// send and recv take no sequence number.
 // Reductions: SUM, PRODUCT, MIN, MAX for every dtype (bool: SUM is OR, PRODUCT AND, as NCCL does),
 // AVG for floating dtypes only; 16-bit floats are reduced in float and rounded once.
 #pragma once

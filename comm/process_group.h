@@ -125,13 +125,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // ---- sub-groups (collective over this group: every rank calls them, in the same order)
 
   /// A group of `ranks` (ranks of this group, in the new group's rank order); null on ranks not in it
-  /// (torch.distributed.new_group).
+  /// (torch.distributed.new_group). Without options it takes this group's; unless they name it, it is
+  /// named "<this group's name>/group[<ranks>]" ("world/group[0,2]").
   virtual ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options = {}) = 0;
   /// Ranks with the same `color` form one group, ordered by (key, rank); color < 0: null
-  /// (MPI_Comm_split).
+  /// (MPI_Comm_split). Options and name as new_group's.
   virtual ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options = {}) = 0;
 
-  /// Number of collectives issued on this group so far (the next one gets this sequence number).
+  /// Number of collectives issued on this group so far, new_group and split included (the next one
+  /// gets this sequence number).
   virtual uint64_t sequence_number() const = 0;
 };
 
