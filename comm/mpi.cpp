@@ -29,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int64_t> g_max_count{INT_MAX};
-constexpr size_t kWakeBytes = 64 * 1024;  // ops this large wake the worker when queued
+constexpr size_t kWakeBytes = size_t{4} << 20;  // ops this large wake the worker when queued
 std::atomic<bool> g_debug{[] {
   const char* e = std::getenv("TROUPE_COMM_DEBUG");
   return e && *e && std::strcmp(e, "0") != 0;
@@ -133,7 +133,12 @@ struct Step {
 struct OpState {
   std::string name;  // "all_reduce"
   uint64_t seq = 0;  // collectives only: send and recv take no sequence number
-  std::string label;  // "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3", set by submit
+  std::shared_ptr<const std::string> group;  // "group 'world' (mpi, rank 1 of 2)", set by submit
+  /// "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3" (built only for errors: it costs more than
+  /// a small all-reduce).
+  std::string label() const {
+    return "[" + name + "] " + (group ? *group : std::string("group ?")) + (p2p ? peer : ", op #" + std::to_string(seq));
+  }
   std::string peer;   // p2p: " from rank 1 (tag 0)"
   bool p2p = false;
   size_t bytes = 0;  // payload; decides whether submit wakes the worker
@@ -141,6 +146,8 @@ struct OpState {
   std::vector<Step> steps;
   size_t next = 0;  // index of the step in flight (or to start)
   MPI_Request req = MPI_REQUEST_NULL;
+  uint32_t polls = 0;  // unsuccessful MPI_Tests (the deadline is checked every 64th)
+  Clock::time_point queued_at;
   std::function<void()> before;  // on the executing thread, before the first step
   std::function<void()> after;   // after the last step
   std::vector<Tensor> keep;      // tensors MPI reads or writes
@@ -182,6 +189,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    desc_ = std::make_shared<const std::string>("group '" + opts_.name + "' (mpi, rank " + std::to_string(rank_) +
+                                                " of " + std::to_string(size_) + ")");
   }
   ~Engine() { shutdown("group destroyed"); }
 
@@ -220,27 +229,54 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// Runs ops (this thread holds exec_mu_) until `op` is done or `deadline`.
   void run_until(const OpPtr& op, Clock::time_point deadline) {
-    int idle = 0;
-    while (!op->done.load() && Clock::now() < deadline) {
-      if (progress()) idle = 0;
-      else backoff(++idle);
+    Backoff b;
+    bool bounded = deadline != Clock::time_point::max();
+    while (!op->done.load() && !(bounded && b.tick() && Clock::now() >= deadline)) {
+      if (progress()) b.reset();
+      else b.pause();
     }
   }
 
   std::mutex exec_mu_;
 
-  void notify_worker() { q_cv_.notify_one(); }
+  void notify_worker() {
+    {
+      std::lock_guard<std::mutex> g(q_mu_);
+      kicked_ = true;
+    }
+    q_cv_.notify_one();
+  }
   bool has_pending() const { return pending_.load() > 0; }
 
   /// Stops the worker, fails what is queued or in flight, frees the communicator. Idempotent.
   void shutdown(const std::string& why);
 
  private:
-  static void backoff(int idle) {
-    if (idle < 2000) return;  // spin: MPI_Test drives the progress of nonblocking collectives
-    if (idle < 20000) { sched_yield(); return; }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
+  /// Pacing of the polling loops while nothing moves: spin first (MPI_Test drives the progress of
+  /// nonblocking collectives, and a blocking MPI call spins too), then yield, then sleep.
+  /// (The clock is read every 64 idle polls only: a read costs about what an MPI_Test does.)
+  struct Backoff {
+    Clock::time_point since = Clock::now();
+    uint32_t polls = 0;
+    int phase = 0;  // 0 spin, 1 yield, 2 sleep
+    void reset() {
+      if (polls || phase) since = Clock::now();
+      polls = 0;
+      phase = 0;
+    }
+    /// True every 64th call: time to look at the clock.
+    bool tick() const { return (polls & 63) == 0; }
+    /// Idle for long: the poller should let go for a while.
+    bool sleepy() const { return phase == 2; }
+    void pause() {
+      if ((++polls & 63) == 0) {
+        auto idle = Clock::now() - since;
+        phase = idle < std::chrono::milliseconds(1) ? 0 : idle < std::chrono::milliseconds(200) ? 1 : 2;
+      }
+      if (phase == 1) sched_yield();
+      else if (phase == 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
 
   void fail(const OpPtr& op, const std::string& msg) {
     op->complete(std::make_exception_ptr(CommError(msg)));
@@ -253,7 +289,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     int rc = op->steps[op->next].start(&op->req);
     if (rc != MPI_SUCCESS) {
       op->req = MPI_REQUEST_NULL;
-      fail(op, op->label + ": MPI call failed: " + mpi_error_string(rc));
+      fail(op, op->label() + ": MPI call failed: " + mpi_error_string(rc));
       return false;
     }
     return true;
@@ -295,11 +331,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
     if (rc != MPI_SUCCESS) {
       if (op->req != MPI_REQUEST_NULL) orphans_.push_back({op->req, op});
       op->req = MPI_REQUEST_NULL;
-      fail(op, op->label + ": MPI_Test failed: " + mpi_error_string(rc));
+      fail(op, op->label() + ": MPI_Test failed: " + mpi_error_string(rc));
       return {false, true};
     }
     if (!flag) {
-      if (op->timed && Clock::now() > op->deadline) {
+      if (op->timed && (++op->polls & 63) == 0 && Clock::now() > op->deadline) {
         timed_out(op);
         return {false, true};
       }
@@ -318,7 +354,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   void timed_out(const OpPtr& op) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.timeout).count();
-    std::string msg = op->label + ": did not complete within " + std::to_string(ms) +
+    std::string msg = op->label() + ": did not complete within " + std::to_string(ms) +
                       " ms; ranks not arrived: unknown";
     if (op->p2p) {
       // A point-to-point request can be cancelled; the group stays usable.
@@ -354,7 +390,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
       }
       moved = true;
       if (!broken.empty()) {
-        fail(op, op->label + ": group unusable: " + broken);
+        fail(op, op->label() + ": group unusable: " + broken);
         continue;
       }
       if (!begin(op)) continue;
@@ -399,7 +435,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   }
 
   void worker_loop() {
-    int idle = 0;
+    Backoff b;
     for (;;) {
       {
         std::unique_lock<std::mutex> l(q_mu_);
@@ -408,12 +444,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
           // Idle. Small ops are queued without waking us (the thread that waits for one runs it, with no
           // hand-off); this periodic look picks up those that nobody waits for yet.
           q_cv_.wait_for(l, kIdleLook, [&] { return stopping_ || pending_.load() > 0; });
-          idle = 0;
-        } else if (idle >= 20000) {
+          b.reset();
+        } else if (b.sleepy()) {
           q_cv_.wait_for(l, std::chrono::microseconds(100));
         }
         if (stopping_) return;
         if (pending_.load() == 0 && orphan_count_.load() == 0) continue;
+        // Not woken for it: leave a just-queued small op to the thread about to wait for it (taking it
+        // would make that thread sleep until we are done).
+        if (!kicked_ && !queue_.empty() && Clock::now() - queue_.front()->queued_at < kGrace) continue;
+        kicked_ = false;
       }
       std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
       if (!ex.owns_lock()) {
@@ -422,20 +462,27 @@ class Engine : public std::enable_shared_from_this<Engine> {
         q_cv_.wait_for(l, kIdleLook);
         continue;
       }
-      for (int i = 0; i < 256; ++i) {
-        if (progress()) idle = 0;
-        else if (++idle >= 2000 && idle < 20000) sched_yield();
-        if (idle >= 20000 || (pending_.load() == 0 && current_ == nullptr && inflight_.empty())) break;
+      // Poll while there is work; let go of the lock now and then so that waiters can take over.
+      for (int i = 0; i < 4096; ++i) {
+        if (progress()) {
+          b.reset();
+        } else {
+          if (b.sleepy()) break;
+          b.pause();
+        }
+        if (pending_.load() == 0 && current_ == nullptr && inflight_.empty()) break;
       }
       if (pending_.load() == 0 && !orphans_.empty()) test_orphans();
     }
   }
 
   static constexpr auto kIdleLook = std::chrono::milliseconds(1);
+  static constexpr auto kGrace = std::chrono::microseconds(500);
 
   MPI_Comm comm_;
   GroupOptions opts_;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<const std::string> desc_;  // "group 'world' (mpi, rank 1 of 2)"
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> pending_{0};  // submitted, not yet retired
   std::atomic<size_t> orphan_count_{0};
@@ -444,6 +491,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::condition_variable q_cv_;
   std::deque<OpPtr> queue_;
   std::string broken_;
+  bool kicked_ = false;  // the worker was woken on purpose (not its periodic look)
   bool stopping_ = false;
   bool stopped_ = false;
 
@@ -475,7 +523,7 @@ class MpiWork : public Work {
         op_->cv.wait_for(l, std::chrono::microseconds(500), [&] { return op_->done.load(); });
       }
       if (!op_->done.load() && Clock::now() >= deadline) {
-        throw CommError("[wait] " + op_->label + ": did not complete within " + std::to_string(timeout->count()) +
+        throw CommError("[wait] " + op_->label() + ": did not complete within " + std::to_string(timeout->count()) +
                         " ms (Work::wait's timeout; the op goes on)");
       }
     }
@@ -495,12 +543,8 @@ WorkPtr Engine::submit(OpPtr op) {
   std::string why;
   {
     std::lock_guard<std::mutex> g(q_mu_);
-    if (op->p2p) {
-      op->label = where(op->name) + op->peer;
-    } else {
-      op->seq = seq_.fetch_add(1);
-      op->label = where(op->name, op->seq);
-    }
+    op->group = desc_;
+    if (!op->p2p) op->seq = seq_.fetch_add(1);
     if (stopped_ || stopping_) {
       refused = true;
       why = "group was shut down (destroyed or mpi_finalize called)";
@@ -509,14 +553,16 @@ WorkPtr Engine::submit(OpPtr op) {
       why = "group unusable: " + broken_;
     } else {
       pending_.fetch_add(1);
+      op->queued_at = Clock::now();
       queue_.push_back(op);
-      // Waking the worker costs a futex call and a context switch per op, as much as a whole 4 KB
-      // all-reduce: small ops are left to the thread that waits for them (or the worker's next look,
-      // within kIdleLook); large ones, or ops queued behind others, start at once.
+      // Waking the worker costs a futex call and a context switch per op, about 15 us here,
+      // 6% of a 1 MB all-reduce (comm_bench): ops below 4 MB are left to the thread that waits for them (or the
+      // worker's next look, within kIdleLook); larger ones, or ops queued behind others, start at once.
       wake = op->bytes >= kWakeBytes || queue_.size() > 1;
+      if (wake) kicked_ = true;
     }
   }
-  if (refused) op->complete(std::make_exception_ptr(CommError(op->label + ": " + why)));
+  if (refused) op->complete(std::make_exception_ptr(CommError(op->label() + ": " + why)));
   else if (wake) q_cv_.notify_one();
   return std::make_shared<MpiWork>(shared_from_this(), op);
 }
@@ -540,7 +586,7 @@ void Engine::shutdown(const std::string& why) {
     stopped_ = true;
   }
   bool alive = mpi_alive();
-  auto msg = [&](const OpPtr& op) { return op->label + ": " + why; };
+  auto msg = [&](const OpPtr& op) { return op->label() + ": " + why; };
   for (auto& op : queued) fail(op, msg(op));
   std::vector<OpPtr> running = inflight_;
   if (current_) running.push_back(current_);
