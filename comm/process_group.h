@@ -72,6 +72,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
   /// This process's (or thread's) rank in the group, 0 <= rank < size.
   virtual int rank() const = 0;
+  /// Number of ranks in the group.
   virtual int size() const = 0;
   /// "local", "mpi" or "nccl".
   virtual std::string backend() const = 0;
@@ -97,8 +98,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   /// all_to_all_single with equal splits: chunk j of rank i's `input` (dim 0 split in size() parts) goes
   /// to chunk i of rank j's `output`.
   virtual WorkPtr all_to_all_async(Tensor& output, const Tensor& input) = 0;
-  /// Point to point (not ordered with the collectives' queue beyond issue order on each side).
+  /// Point to point (not ordered with the collectives' queue beyond issue order on each side): sends
+  /// `tensor` to rank `dst`, matched by the recv of (this rank, tag) there.
   virtual WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) = 0;
+  /// Receives into `tensor` (same dtype and number of elements) what rank `src` sent with `tag`.
   virtual WorkPtr recv_async(Tensor& tensor, int src, int tag = 0) = 0;
   /// Completes once every rank has entered it.
   virtual WorkPtr barrier_async() = 0;
