@@ -196,6 +196,8 @@ namespace {
 
 struct ConvGeom {
   int64_t C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oH, oW;
+  int64_t col_n, col_r;  // strides of the columns' image and row dims (their last dim is unit-stride)
+  int64_t L() const { return oH * oW; }
 };
 
 ConvGeom geometry(const char* op, const Tensor& im, const Tensor& col, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
@@ -203,8 +205,6 @@ ConvGeom geometry(const char* op, const Tensor& im, const Tensor& col, int64_t k
   if (im.dim() != 3 && im.dim() != 4)
     throw std::invalid_argument(std::string("[") + op + "] expected a (C, H, W) or (N, C, H, W) image, got shape " +
                                 shape_str(im.sizes()));
-  if (!im.is_contiguous() || !col.is_contiguous())
-    throw std::invalid_argument(std::string("[") + op + "] expected contiguous image and columns");
   if (im.dtype() != col.dtype())
     throw std::invalid_argument(std::string("[") + op + "] image and columns must share one dtype, got " +
                                 dtype_name(im.dtype()) + " and " + dtype_name(col.dtype()));
@@ -223,114 +223,269 @@ ConvGeom geometry(const char* op, const Tensor& im, const Tensor& col, int64_t k
   if (!col.sizes().equals(want))
     throw std::invalid_argument(std::string("[") + op + "] columns have shape " + shape_str(col.sizes()) +
                                 ", expected " + shape_str(want) + " for image " + shape_str(im.sizes()));
+  // The image is contiguous; the columns may be any (N, rows, L) view whose rows are unit-stride runs of L that
+  // start at least L apart, e.g. the (rows, N, L) layout one GEMM over a chunk of images uses.
+  const int64_t L = g.oH * g.oW, rows = g.C * kh * kw, N = d == 4 ? im.size(0) : 1;
+  const int64_t cd = col.dim();
+  g.col_r = col.stride(cd - 2);
+  g.col_n = d == 4 ? col.stride(0) : rows * L;
+  const bool unit = L <= 1 || col.stride(cd - 1) == 1;
+  const bool apart = (rows <= 1 || g.col_r >= L) && (N <= 1 || g.col_n >= L);
+  if (!im.is_contiguous() || !unit || !apart)
+    throw std::invalid_argument(std::string("[") + op +
+                                "] expected a contiguous image and columns with unit-stride rows");
   return g;
 }
 
-/// One image (C, H, W) -> columns (C*kh*kw, oH*oW); rows [r0, r1) only.
+/// The ow range [lo, hi) whose input column ow*sw + off stays inside [0, W); no division when sw == 1.
+inline void inside_range(int64_t off, int64_t W, int64_t sw, int64_t oW, int64_t& lo, int64_t& hi) {
+  if (sw == 1) {
+    lo = off >= 0 ? 0 : -off;
+    hi = W - off;
+  } else {
+    lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+    hi = W - off <= 0 ? 0 : (W - off + sw - 1) / sw;  // first ow with column >= W
+  }
+  lo = std::clamp<int64_t>(lo, 0, oW);
+  hi = std::clamp(hi, lo, oW);
+}
+
+/// n elements from src to dst: a plain loop for the short runs of small images (a memcpy call costs more).
 template <typename T>
-void im2col_rows(const ConvGeom& g, const T* im, T* col, int64_t r0, int64_t r1) {
-  const int64_t L = g.oH * g.oW;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
-    const T* plane = im + c * g.H * g.W;
-    T* out = col + r * L;
-    // ow range whose input column is inside the image: 0 <= ow*sw - pw + kj*dw < W
-    const int64_t off_w = kj * g.dw - g.pw;
-    int64_t ow_lo = off_w >= 0 ? 0 : (-off_w + g.sw - 1) / g.sw;
-    int64_t ow_hi = g.W - off_w <= 0 ? 0 : (g.W - off_w + g.sw - 1) / g.sw;  // first ow with iw >= W
-    ow_lo = std::min(ow_lo, g.oW);
-    ow_hi = std::clamp(ow_hi, ow_lo, g.oW);
-    for (int64_t oh = 0; oh < g.oH; ++oh) {
-      T* o = out + oh * g.oW;
-      const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-      if (ih < 0 || ih >= g.H) {
-        std::fill(o, o + g.oW, T(0));
-        continue;
-      }
-      const T* row = plane + ih * g.W;
-      std::fill(o, o + ow_lo, T(0));
-      if (g.sw == 1) {
-        if (ow_hi > ow_lo) std::copy(row + ow_lo + off_w, row + ow_hi + off_w, o + ow_lo);
-      } else {
-        for (int64_t ow = ow_lo; ow < ow_hi; ++ow) o[ow] = row[ow * g.sw + off_w];
-      }
-      std::fill(o + ow_hi, o + g.oW, T(0));
+inline void copy_run(T* dst, const T* src, int64_t n) {
+  if (n >= 32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+template <typename T>
+inline void zero_run(T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = T(0);
+}
+
+/// Row (ki, kj) of one plane's columns (oH*oW elements at out), for any stride, padding and dilation.
+template <typename T>
+void im2col_row(const ConvGeom& g, const T* plane, T* out, int64_t ki, int64_t kj) {
+  // the oh range whose input row oh*sh + off_h stays inside [0, H), and the same for ow
+  const int64_t off_h = ki * g.dh - g.ph, off_w = kj * g.dw - g.pw;
+  int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+  inside_range(off_h, g.H, g.sh, g.oH, oh_lo, oh_hi);
+  inside_range(off_w, g.W, g.sw, g.oW, ow_lo, ow_hi);
+  zero_run(out, oh_lo * g.oW);
+  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+    T* o = out + oh * g.oW;
+    const T* row = plane + (oh * g.sh + off_h) * g.W + off_w;
+    zero_run(o, ow_lo);
+    if (g.sw == 1) {
+      copy_run(o + ow_lo, row + ow_lo, ow_hi - ow_lo);
+    } else {
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) o[ow] = row[ow * g.sw];
     }
+    zero_run(o + ow_hi, g.oW - ow_hi);
+  }
+  zero_run(out + oh_hi * g.oW, (g.oH - oh_hi) * g.oW);
+}
+
+/// A zero-padded copy (H + 2ph, W + 2pw) of one plane.
+template <typename T>
+void pad_plane(const ConvGeom& g, const T* plane, T* pad) {
+  const int64_t Wp = g.W + 2 * g.pw;
+  zero_run(pad, g.ph * Wp);
+  for (int64_t ih = 0; ih < g.H; ++ih) {
+    T* r = pad + (ih + g.ph) * Wp;
+    zero_run(r, g.pw);
+    copy_run(r + g.pw, plane + ih * g.W, g.W);
+    zero_run(r + g.pw + g.W, g.pw);
+  }
+  zero_run(pad + (g.ph + g.H) * Wp, g.ph * Wp);
+}
+
+/// im2col_row for stride 1 and dilation 1 from a zero-padded plane src of width Wp (the plane itself when there
+/// is no padding): every output row is one run of oW elements, with no bounds tests.
+template <typename T>
+void im2col_row_s1(const ConvGeom& g, const T* src, int64_t Wp, T* out, int64_t ki, int64_t kj) {
+  const T* in = src + ki * Wp + kj;
+  if (g.oW == Wp) {
+    copy_run(out, in, g.L());
+    return;
+  }
+  // runs of a fixed length compile to a few moves (small images: most of the work is these runs)
+  auto rows = [&](auto width) {
+    constexpr int64_t K = decltype(width)::value;
+    for (int64_t oh = 0; oh < g.oH; ++oh) std::memcpy(out + oh * K, in + oh * Wp, K * sizeof(T));
+  };
+  switch (g.oW) {
+    case 4: rows(std::integral_constant<int64_t, 4>()); return;
+    case 7: rows(std::integral_constant<int64_t, 7>()); return;
+    case 8: rows(std::integral_constant<int64_t, 8>()); return;
+    case 14: rows(std::integral_constant<int64_t, 14>()); return;
+    case 16: rows(std::integral_constant<int64_t, 16>()); return;
+    case 28: rows(std::integral_constant<int64_t, 28>()); return;
+    default:
+      for (int64_t oh = 0; oh < g.oH; ++oh) copy_run(out + oh * g.oW, in + oh * Wp, g.oW);
   }
 }
 
-/// Columns -> one image, channels [c0, c1): the image's channels are overwritten with the sums.
-template <typename T>
-void col2im_channels(const ConvGeom& g, const T* col, T* im, int64_t c0, int64_t c1) {
-  using Acc = opmath_t<T>;
-  const int64_t L = g.oH * g.oW, HW = g.H * g.W;
-  std::vector<Acc> buf(static_cast<size_t>(HW));
-  for (int64_t c = c0; c < c1; ++c) {
-    std::fill(buf.begin(), buf.end(), Acc(0));
-    for (int64_t ki = 0; ki < g.kh; ++ki) {
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* src = col + ((c * g.kh + ki) * g.kw + kj) * L;
-        const int64_t off_w = kj * g.dw - g.pw;
-        int64_t ow_lo = off_w >= 0 ? 0 : (-off_w + g.sw - 1) / g.sw;
-        int64_t ow_hi = g.W - off_w <= 0 ? 0 : (g.W - off_w + g.sw - 1) / g.sw;
-        ow_lo = std::min(ow_lo, g.oW);
-        ow_hi = std::clamp(ow_hi, ow_lo, g.oW);
-        for (int64_t oh = 0; oh < g.oH; ++oh) {
-          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          Acc* dst = buf.data() + ih * g.W;
-          const T* s = src + oh * g.oW;
-          for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * g.sw + off_w] += static_cast<Acc>(s[ow]);
-        }
-      }
+/// col2im_row for stride 1 and dilation 1 into a padded sum accp (H + 2ph, W + 2pw): no bounds tests; the sums
+/// that fall into the padding are dropped when the plane is cropped out of it.
+template <typename T, typename Acc>
+void col2im_row_s1(const ConvGeom& g, const T* src, Acc* accp, int64_t Wp, int64_t ki, int64_t kj) {
+  Acc* dst = accp + ki * Wp + kj;
+  for (int64_t oh = 0; oh < g.oH; ++oh) {
+    Acc* d = dst + oh * Wp;
+    const T* s = src + oh * g.oW;
+    for (int64_t ow = 0; ow < g.oW; ++ow) d[ow] += static_cast<Acc>(s[ow]);
+  }
+}
+
+/// Adds row (ki, kj) of one plane's columns (src, oH*oW elements) into the plane's sums acc (H*W).
+template <typename T, typename Acc>
+void col2im_row(const ConvGeom& g, const T* src, Acc* acc, int64_t ki, int64_t kj) {
+  const int64_t off_h = ki * g.dh - g.ph, off_w = kj * g.dw - g.pw;
+  int64_t oh_lo, oh_hi, ow_lo, ow_hi;
+  inside_range(off_h, g.H, g.sh, g.oH, oh_lo, oh_hi);
+  inside_range(off_w, g.W, g.sw, g.oW, ow_lo, ow_hi);
+  for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+    Acc* dst = acc + (oh * g.sh + off_h) * g.W + off_w;
+    const T* s = src + oh * g.oW;
+    if (g.sw == 1) {
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow] += static_cast<Acc>(s[ow]);
+    } else {
+      for (int64_t ow = ow_lo; ow < ow_hi; ++ow) dst[ow * g.sw] += static_cast<Acc>(s[ow]);
     }
-    T* out = im + c * HW;
-    for (int64_t i = 0; i < HW; ++i) out[i] = static_cast<T>(buf[i]);
   }
 }
 
 }  // namespace
 
+// Two loop orders. Contiguous columns (N, rows, L): one task per (image, channel), writing that plane's kh*kw
+// rows. Columns whose images lie side by side within each row ((rows, N, L), one GEMM per chunk of images): one
+// task per channel, each row written for all the images in turn, so the writes run sequentially through memory
+// (the image-by-image order strides across rows and thrashes the cache).
 void CpuBackend::im2col(const Tensor& col, const Tensor& im, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                         int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
   ConvGeom g = geometry("im2col", im, col, kh, kw, sh, sw, ph, pw, dh, dw);
   const int64_t N = im.dim() == 4 ? im.size(0) : 1;
-  const int64_t rows = g.C * kh * kw, L = g.oH * g.oW;
-  if (rows == 0 || L == 0 || N == 0) return;
+  const int64_t kk = kh * kw, L = g.oH * g.oW, HW = g.H * g.W;
+  if (g.C * kk == 0 || L == 0 || N == 0) return;
+  const bool s1 = sh == 1 && sw == 1 && dh == 1 && dw == 1, padded = s1 && (ph != 0 || pw != 0);
+  const int64_t Wp = g.W + 2 * pw, PP = padded ? (g.H + 2 * ph) * Wp : 0;
+  const bool interleaved = N > 1 && g.col_n < g.col_r;
   dispatch_all(im.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pim = static_cast<const T*>(im.data_ptr());
     T* pcol = static_cast<T*>(col.data_ptr());
-    const int64_t total = N * rows;
-    parallel_for(0, total, std::max<int64_t>(1, kGrainSize / L), [&](int64_t b, int64_t e) {
-      while (b < e) {
-        const int64_t n = b / rows, r0 = b % rows, r1 = std::min(rows, r0 + (e - b));
-        im2col_rows<T>(g, pim + n * g.C * g.H * g.W, pcol + n * rows * L, r0, r1);
-        b += r1 - r0;
+    // the source of plane (n, c) for the rows: itself, or its padded copy in pad
+    auto source = [&](int64_t n, int64_t c, T* pad) -> const T* {
+      const T* plane = pim + (n * g.C + c) * HW;
+      if (!padded) return plane;
+      pad_plane(g, plane, pad);
+      return pad;
+    };
+    auto row = [&](const T* src, T* out, int64_t ki, int64_t kj) {
+      if (s1) im2col_row_s1<T>(g, src, Wp, out, ki, kj);
+      else im2col_row<T>(g, src, out, ki, kj);
+    };
+    if (interleaved) {
+      parallel_for(0, g.C, std::max<int64_t>(1, kGrainSize / (N * kk * L)), [&](int64_t b, int64_t e) {
+        std::unique_ptr<T[]> pad(padded ? new T[static_cast<size_t>(N * PP)] : nullptr);
+        std::vector<const T*> src(static_cast<size_t>(N));
+        for (int64_t c = b; c < e; ++c) {
+          for (int64_t n = 0; n < N; ++n) src[n] = source(n, c, pad.get() + n * PP);
+          for (int64_t ki = 0; ki < kh; ++ki)
+            for (int64_t kj = 0; kj < kw; ++kj) {
+              T* out = pcol + (c * kk + ki * kw + kj) * g.col_r;
+              for (int64_t n = 0; n < N; ++n) row(src[n], out + n * g.col_n, ki, kj);
+            }
+        }
+      });
+      return;
+    }
+    parallel_for(0, N * g.C, std::max<int64_t>(1, kGrainSize / (kk * L)), [&](int64_t b, int64_t e) {
+      std::unique_ptr<T[]> pad(padded ? new T[static_cast<size_t>(PP)] : nullptr);
+      int64_t n = b / g.C, c = b % g.C;
+      for (int64_t i = b; i < e; ++i) {
+        const T* src = source(n, c, pad.get());
+        T* out = pcol + n * g.col_n + c * kk * g.col_r;
+        for (int64_t ki = 0; ki < kh; ++ki)
+          for (int64_t kj = 0; kj < kw; ++kj) row(src, out + (ki * kw + kj) * g.col_r, ki, kj);
+        if (++c == g.C) c = 0, ++n;
       }
     });
   });
 }
 
+// The same two loop orders as im2col; each plane sums its rows in the order (ki, kj), so both give the same bits.
 void CpuBackend::col2im(const Tensor& im, const Tensor& col, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                         int64_t ph, int64_t pw, int64_t dh, int64_t dw) {
   ConvGeom g = geometry("col2im", im, col, kh, kw, sh, sw, ph, pw, dh, dw);
   const int64_t N = im.dim() == 4 ? im.size(0) : 1;
-  const int64_t rows = g.C * kh * kw, L = g.oH * g.oW;
+  const int64_t kk = kh * kw, L = g.oH * g.oW, HW = g.H * g.W;
   if (im.numel() == 0) return;
   if (im.dtype() == kBool) throw std::invalid_argument("[col2im] not implemented for dtype bool");
+  const bool interleaved = N > 1 && g.col_n < g.col_r;
   dispatch_all(im.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
+      using Acc = opmath_t<T>;
+      constexpr bool in_place = std::is_same_v<T, Acc>;  // sum in the image itself
       const T* pcol = static_cast<const T*>(col.data_ptr());
       T* pim = static_cast<T*>(im.data_ptr());
-      const int64_t total = N * g.C;
-      const int64_t per_channel = std::max<int64_t>(1, kh * kw * L);
-      parallel_for(0, total, std::max<int64_t>(1, kGrainSize / per_channel), [&](int64_t b, int64_t e) {
-        while (b < e) {
-          const int64_t n = b / g.C, c0 = b % g.C, c1 = std::min(g.C, c0 + (e - b));
-          col2im_channels<T>(g, pcol + n * rows * L, pim + n * g.C * g.H * g.W, c0, c1);
-          b += c1 - c0;
+      const int64_t per_plane = std::max<int64_t>(1, kk * L + HW);
+      // stride 1, dilation 1 with padding: sums in a padded scratch plane, then cropped
+      const bool s1 = sh == 1 && sw == 1 && dh == 1 && dw == 1 && (ph != 0 || pw != 0);
+      const int64_t Wp = g.W + 2 * pw, PP = (g.H + 2 * ph) * Wp;
+      // planes [n0, n0 + cnt) of channel c (stride C*HW between images), each summed over its kh*kw rows
+      auto planes = [&](int64_t n0, int64_t cnt, int64_t c, Acc* scratch) {
+        if (s1) {
+          for (int64_t j = 0; j < cnt; ++j) std::fill(scratch + j * PP, scratch + (j + 1) * PP, Acc(0));
+          for (int64_t ki = 0; ki < kh; ++ki)
+            for (int64_t kj = 0; kj < kw; ++kj) {
+              const T* src = pcol + n0 * g.col_n + (c * kk + ki * kw + kj) * g.col_r;
+              for (int64_t j = 0; j < cnt; ++j)
+                col2im_row_s1<T, Acc>(g, src + j * g.col_n, scratch + j * PP, Wp, ki, kj);
+            }
+          for (int64_t j = 0; j < cnt; ++j) {
+            T* plane = pim + ((n0 + j) * g.C + c) * HW;
+            const Acc* a = scratch + j * PP + ph * Wp + pw;
+            for (int64_t ih = 0; ih < g.H; ++ih)
+              for (int64_t iw = 0; iw < g.W; ++iw) plane[ih * g.W + iw] = static_cast<T>(a[ih * Wp + iw]);
+          }
+          return;
+        }
+        auto acc_of = [&](int64_t j) -> Acc* {
+          if constexpr (in_place) return pim + ((n0 + j) * g.C + c) * HW;
+          else return scratch + j * HW;
+        };
+        for (int64_t j = 0; j < cnt; ++j) std::fill(acc_of(j), acc_of(j) + HW, Acc(0));
+        for (int64_t ki = 0; ki < kh; ++ki)
+          for (int64_t kj = 0; kj < kw; ++kj) {
+            const T* src = pcol + n0 * g.col_n + (c * kk + ki * kw + kj) * g.col_r;
+            for (int64_t j = 0; j < cnt; ++j) col2im_row<T, Acc>(g, src + j * g.col_n, acc_of(j), ki, kj);
+          }
+        if constexpr (!in_place) {
+          for (int64_t j = 0; j < cnt; ++j) {
+            T* plane = pim + ((n0 + j) * g.C + c) * HW;
+            const Acc* a = acc_of(j);
+            for (int64_t i = 0; i < HW; ++i) plane[i] = static_cast<T>(a[i]);
+          }
+        }
+      };
+      if (interleaved) {
+        parallel_for(0, g.C, std::max<int64_t>(1, kGrainSize / (N * per_plane)), [&](int64_t b, int64_t e) {
+          std::vector<Acc> scratch(static_cast<size_t>(N * (s1 ? PP : in_place ? 0 : HW)));
+          for (int64_t c = b; c < e; ++c) planes(0, N, c, scratch.data());
+        });
+        return;
+      }
+      parallel_for(0, N * g.C, std::max<int64_t>(1, kGrainSize / per_plane), [&](int64_t b, int64_t e) {
+        std::vector<Acc> scratch(static_cast<size_t>(s1 ? PP : in_place ? 0 : HW));
+        int64_t n = b / g.C, c = b % g.C;
+        for (int64_t i = b; i < e; ++i) {
+          planes(n, 1, c, scratch.data());
+          if (++c == g.C) c = 0, ++n;
         }
       });
     }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,33 @@ Tensor ref_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t sh, i
         }
     }
   return tensor(out, dtype(kFloat64)).view({N, O, oH, oW});
+}
+
+// Gradients of (conv(x, w) * g).sum() with respect to x and w, by direct loops in double.
+std::pair<Tensor, Tensor> ref_conv_grads(const Tensor& x, const Tensor& w, const Tensor& g, int64_t sh, int64_t sw,
+                                         int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), kh = w.size(2), kw = w.size(3), oH = g.size(2), oW = g.size(3);
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), gv = g.to_vector<double>();
+  std::vector<double> gx(xv.size(), 0.0), gw(wv.size(), 0.0);
+  const int64_t Og = O / groups;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < oH; ++oh)
+        for (int64_t ow = 0; ow < oW; ++ow) {
+          const double gg = gv[((n * O + o) * oH + oh) * oW + ow];
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * sh - ph + i * dh, iw = ow * sw - pw + j * dw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t xi = ((n * C + (o / Og) * Cg + c) * H + ih) * W + iw;
+                const int64_t wi = ((o * Cg + c) * kh + i) * kw + j;
+                gx[xi] += gg * wv[wi];
+                gw[wi] += gg * xv[xi];
+              }
+        }
+  return {tensor(gx, dtype(kFloat64)).view(x.sizes()), tensor(gw, dtype(kFloat64)).view(w.sizes())};
 }
 
 }  // namespace
@@ -157,6 +186,41 @@ TEST(Conv2d, LargeImagesProcessedInChunks) {
   EXPECT_TRUE(tensors_close(conv2d(xs, w.detach().slice(1, 0, 3)),
                             ref_conv(xs.contiguous(), w.detach().slice(1, 0, 3).contiguous(), Tensor(), 1, 1, 0, 0, 1, 1, 1),
                             1e-12, 1e-12));
+}
+
+TEST(Conv2d, ManySmallImagesOneGemmPerChunk) {
+  // On the CPU the images of a chunk share one GEMM, their columns side by side; 30 images of 16 channels of
+  // 5x4 make three chunks (11, 11, 8 images in float64) and a chunk of one image per call here and there.
+  manual_seed(87);
+  struct Cfg { int64_t sh, sw, ph, pw, dh, dw, groups, C, O, kh, kw; };
+  for (Cfg c : {Cfg{1, 1, 1, 1, 1, 1, 1, 16, 6, 3, 3}, Cfg{2, 1, 0, 2, 1, 2, 2, 16, 4, 3, 2},
+                Cfg{1, 1, 0, 0, 1, 1, 4, 16, 8, 2, 2}, Cfg{1, 2, 2, 1, 2, 1, 1, 16, 3, 3, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "stride " << c.sh << "," << c.sw << " padding " << c.ph << "," << c.pw
+                                    << " dilation " << c.dh << "," << c.dw << " groups " << c.groups);
+    Tensor x = randn({30, c.C, 5, 4}, dtype(kFloat64)).requires_grad_();
+    Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, dtype(kFloat64)).requires_grad_();
+    Tensor b = randn({c.O}, dtype(kFloat64)).requires_grad_();
+    Tensor out = conv2d(x, w, b, {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, c.groups);
+    EXPECT_TRUE(tensors_close(out, ref_conv(x.detach(), w.detach(), b.detach(), c.sh, c.sw, c.ph, c.pw, c.dh, c.dw,
+                                            c.groups),
+                              1e-12, 1e-12));
+    Tensor g = randn(out.sizes(), dtype(kFloat64));
+    (out * g).sum().backward();
+    auto [gx, gw] = ref_conv_grads(x.detach(), w.detach(), g, c.sh, c.sw, c.ph, c.pw, c.dh, c.dw, c.groups);
+    EXPECT_TRUE(tensors_close(x.grad(), gx, 1e-11, 1e-11));
+    EXPECT_TRUE(tensors_close(w.grad(), gw, 1e-10, 1e-10));
+    EXPECT_TRUE(tensors_close(b.grad(), g.sum({0, 2, 3}), 1e-10, 1e-10));
+    // float32 (sums in place) and float16 (sums in float scratch) through the same kernels
+    for (ScalarType dt : {kFloat32, kFloat16}) {
+      const double tol = dt == kFloat32 ? 1e-4 : 5e-2;
+      Tensor xd = x.detach().to(dt).requires_grad_(), wd = w.detach().to(dt).requires_grad_();
+      Tensor od = conv2d(xd, wd, Tensor(), {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, c.groups);
+      (od * g.to(dt)).sum().backward();
+      EXPECT_TRUE(tensors_close(od.to(kFloat64) + b.detach().view({1, -1, 1, 1}), out.detach(), tol, tol));
+      EXPECT_TRUE(tensors_close(xd.grad().to(kFloat64), gx, tol, tol));
+      EXPECT_TRUE(tensors_close(wd.grad().to(kFloat64), gw, tol * 10, tol * 10));
+    }
+  }
 }
 
 TEST(Conv2d, GradcheckAndDoubleBackward) {
@@ -310,6 +374,55 @@ TEST(Pool2d, MaxPoolNaNUnbatchedDilationAndHalf) {
   Tensor h = randn({1, 2, 6, 6}).to(kFloat16);
   EXPECT_TRUE(equal(max_pool2d(h, 2), max_pool2d(h.to(kFloat32), 2).to(kFloat16)));
   EXPECT_TRUE(equal(avg_pool2d(h, 2), avg_pool2d(h.to(kFloat32), 2).to(kFloat16)));
+}
+
+TEST(Pool2d, MaxPoolTwoByTwoAgainstReferenceLoop) {
+  // kernel 2 stride 2 without padding has its own loop: compare with PyTorch's rule written out (a value wins if
+  // greater than the running maximum or NaN; first maximum on ties, last NaN), on ties, -inf and NaNs
+  manual_seed(93);
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  Tensor x = randint(-3, 4, {3, 4, 7, 9}, dtype(kFloat64));  // many ties
+  auto xv = x.to_vector<double>();
+  for (size_t i = 0; i < xv.size(); i += 7) xv[i] = nan;
+  for (size_t i = 3; i < xv.size(); i += 11) xv[i] = -inf;
+  for (int64_t i = 0; i < 4; ++i) xv[i] = -inf;  // a window of -inf only
+  x = tensor(xv, dtype(kFloat64)).view({3, 4, 7, 9});
+  std::vector<double> want;
+  std::vector<int64_t> want_idx;
+  for (int64_t pl = 0; pl < 12; ++pl)
+    for (int64_t oh = 0; oh < 3; ++oh)
+      for (int64_t ow = 0; ow < 4; ++ow) {
+        double m = -inf;
+        int64_t k = 2 * oh * 9 + 2 * ow;
+        for (int64_t ih = 2 * oh; ih < 2 * oh + 2; ++ih)
+          for (int64_t iw = 2 * ow; iw < 2 * ow + 2; ++iw) {
+            const double v = xv[pl * 63 + ih * 9 + iw];
+            if (v > m || std::isnan(v)) m = v, k = ih * 9 + iw;
+          }
+        want.push_back(m);
+        want_idx.push_back(k);
+      }
+  for (ScalarType dt : {kFloat64, kFloat32}) {
+    Tensor xd = x.to(dt).clone().requires_grad_();
+    auto [out, idx] = max_pool2d_with_indices(xd, 2);
+    EXPECT_EQ(out.sizes().vec(), (std::vector<int64_t>{3, 4, 3, 4}));
+    EXPECT_EQ(idx.to_vector<int64_t>(), want_idx);
+    auto got = out.to(kFloat64).to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+      } else {
+        EXPECT_EQ(got[i], want[i]) << i;
+      }
+    }
+    // the gradient lands on the chosen positions only
+    Tensor g = randn(out.sizes(), dtype(dt));
+    (out * g).sum().backward();
+    Tensor gx = zeros({12, 63}, dtype(dt));
+    gx.scatter_(1, idx.view({12, 12}), g.view({12, 12}));
+    ASSERT_TRUE(xd.grad().defined());
+    EXPECT_TRUE(equal(xd.grad(), gx.view({3, 4, 7, 9})));
+  }
 }
 
 TEST(Pool2d, GradcheckAndDoubleBackward) {
