@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -553,3 +554,67 @@ TEST(ZeroErrors, BadArgumentsAndDifferentModels) {
     EXPECT_TRUE(contains(e, "0.weight")) << e;
   }
 }
+
+// ------------------------------------------------------------------------------- mpi (under mpirun)
+
+#ifdef TROUPE_HAVE_MPI
+namespace {
+ProcessGroupPtr zero_mpi_world() {
+  static ProcessGroupPtr w = [] {
+    GroupOptions o;
+    o.timeout = 60s;
+    auto g = make_mpi_world(o);
+    std::atexit([] { mpi_finalize(); });
+    return g;
+  }();
+  return w;
+}
+}  // namespace
+
+#define ZERO_MPI_SETUP(pg)                                                  \
+  if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";       \
+  ProcessGroupPtr pg = zero_mpi_world();                                    \
+  if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";        \
+  if (kGlobalRows % pg->size() != 0) GTEST_SKIP() << "needs a world size dividing " << kGlobalRows;
+
+TEST(ZeroMpi, AllStagesMatchOneProcessOnTheConcatenatedBatch) {
+  ZERO_MPI_SETUP(pg);
+  for (Opt o : {Opt::SGD, Opt::Adam}) {
+    const Values want = reference(o);
+    for (int stage : {1, 2, 3}) {
+      Trainer t(pg, stage, o, make_mlp(100 + pg->rank()));
+      t.train(pg, 0, kSteps);
+      EXPECT_LE(max_diff(t.params(), want), 1e-6) << opt_name(o) << ", stage " << stage << ", rank " << pg->rank();
+    }
+  }
+}
+
+TEST(ZeroMpi, CheckpointSavedByMpiRanksResumesOnLocalRanks) {
+  ZERO_MPI_SETUP(pg);
+  const Values want = reference(Opt::Adam);
+  // One directory for every process: rank 0's pid.
+  Tensor id = tensor(std::vector<int64_t>{static_cast<int64_t>(::getpid())});
+  pg->broadcast(id, 0);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("troupe_zero_mpi_" + std::to_string(id.to_vector<int64_t>()[0]));
+  {
+    Trainer t(pg, 3, Opt::Adam, make_mlp(100));
+    t.train(pg, 0, kSteps / 2);
+    t.save(dir.string());
+  }
+  // Every process resumes on its own 3 local ranks, and on the mpi world at stage 2.
+  auto got = on_local_ranks<Values>(3, [&](ProcessGroupPtr lpg) {
+    Trainer t(lpg, 1, Opt::Adam, make_mlp(555));
+    t.load(dir.string());
+    t.train(lpg, kSteps / 2, kSteps);
+    return t.params();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_LE(max_diff(got[r], want), 1e-6) << "local rank " << r;
+  Trainer t(pg, 2, Opt::Adam, make_mlp(555));
+  t.load(dir.string());
+  t.train(pg, kSteps / 2, kSteps);
+  EXPECT_LE(max_diff(t.params(), want), 1e-6) << "mpi rank " << pg->rank();
+  pg->barrier();
+  if (pg->rank() == 0) std::filesystem::remove_all(dir);
+}
+#endif  // TROUPE_HAVE_MPI
