@@ -26,6 +26,12 @@
 // In stages 1 and 2 the model's parameters are views into the flat buffers (their storage changes at
 // construction; identities and autograd state stay). Every rank starts from rank 0's parameters.
 // Every rank of the group must construct, forward/backward and step in lockstep (collectives).
+// Gradients are reduced in step() (no overlap with backward, unlike DDP's bucket hooks): between
+// backward and step every rank holds the full .grad, also in stages 2 and 3; memory_per_rank() measures
+// what is held when it is called (after step(): the figures of the stage). A parameter without .grad
+// counts as a zero gradient (the shard is stepped as a whole, so momentum and weight decay still act).
+// FullyShardedDataParallel's Module::state_dict() shows empty parameters while they are freed: use
+// sharded_state_dict / save_sharded.
 //
 // Sharded checkpoint (save_sharded / load_sharded, at any world size):
 //   <dir>/index.troupe            written by rank 0: an nn::save StateDict; "__world_size__" = int64
