@@ -12,8 +12,12 @@
 #include <vector>
 
 #include <troupe/comm/local.h>
+#include <troupe/tensor/ops.h>
 #ifdef TROUPE_HAVE_MPI
 #include <troupe/comm/mpi.h>
+#endif
+#ifdef TROUPE_HAVE_NCCL
+#include <troupe/comm/nccl.h>
 #endif
 
 namespace troupe::launch {
@@ -79,6 +83,26 @@ int take_ranks_flag(int& argc, char** argv) {
 
 }  // namespace
 
+// With GPUs and NCCL: the rank's device is cuda:<local_rank % GPUs> and gpu_world an NCCL group of the
+// world's ranks (the unique id travels over the world). Collective over the world.
+void attach_gpus(Context& c) {
+#ifdef TROUPE_HAVE_NCCL
+  const char* off = std::getenv("TROUPE_NO_NCCL");
+  if (off && *off && std::strcmp(off, "0") != 0) return;
+  // Building the NCCL group is collective: every rank must have a GPU of its own (NCCL refuses two
+  // ranks of one communicator on one device), or none builds it.
+  const int ngpu = comm::nccl_device_count();
+  Tensor ok = full({1}, ngpu > 0 && c.local_rank < ngpu ? 1.0 : 0.0, TensorOptions().dtype(kInt32));
+  c.world->all_reduce(ok, comm::ReduceOp::MIN);
+  if (ok.item<int>() == 0) return;
+  c.device = Device(kCUDA, c.local_rank);
+  c.gpu_world = comm::make_nccl_group(c.world, c.local_rank);
+  c.backend += "+nccl";
+#else
+  (void)c;
+#endif
+}
+
 Context init(int& argc, char**& argv) {
   std::lock_guard<std::mutex> g(g_mu);
   if (g_inited && !g_finalized) return g_ctx;
@@ -104,6 +128,7 @@ Context init(int& argc, char**& argv) {
   }
   c.rank = c.world->rank();
   c.size = c.world->size();
+  attach_gpus(c);
   comm::set_world(c.world);
   g_ctx = c;
   g_inited = true;
@@ -124,6 +149,7 @@ void finalize() {
     }
   }
   comm::set_world(nullptr);
+  g_ctx.gpu_world.reset();  // NCCL before MPI: its destruction may still talk to peers
   g_ctx.world.reset();
 #ifdef TROUPE_HAVE_MPI
   if (g_uses_mpi) comm::mpi_finalize();
@@ -141,6 +167,7 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
     Context c = init(argc, argv);
     int code = main_fn(c);
     c.world.reset();
+    c.gpu_world.reset();
     finalize();
     return code;
   }
@@ -155,6 +182,7 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
     c.host = host;
     c.device = Device(kCPU);
     c.world = pg;
+    attach_gpus(c);
     announce(c);
     codes[c.rank] = main_fn(c);
   });

@@ -27,14 +27,17 @@ struct Context {
   /// This rank's index among the ranks on its host (OMPI_COMM_WORLD_LOCAL_RANK; the thread's rank
   /// with --ranks).
   int local_rank = 0;
-  /// The world group's backend: "mpi" or "local".
+  /// The world group's backend: "mpi" or "local" ("mpi+nccl" / "local+nccl" with a gpu_world).
   std::string backend;
   /// This host's name.
   std::string host;
-  /// The device this rank computes on.
+  /// The device this rank computes on: cuda:<local_rank> when every rank has a GPU of its own, else cpu.
   Device device;
-  /// The world group (also comm::world()).
+  /// The world group over MPI or threads, for CPU tensors (also comm::world()).
   comm::ProcessGroupPtr world;
+  /// With GPUs (and NCCL built in): the same ranks as an NCCL group on `device`, for CUDA tensors (its
+  /// unique id travels over `world`); null otherwise. TROUPE_NO_NCCL=1 turns it off.
+  comm::ProcessGroupPtr gpu_world;
 };
 
 /// Sets up this process's world: over MPI when started by mpirun (OMPI_COMM_WORLD_RANK / SIZE /
