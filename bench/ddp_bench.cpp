@@ -1,0 +1,323 @@
+// DistributedDataParallel training step and ZeRO memory per rank (issue 5). Run as
+//   mpirun --allow-run-as-root -np 2 ddp_bench [--quick] [--samples=N] [--loss=mse|ce]
+// (or `ddp_bench --ranks 2`: two ranks as threads of one process, the `local` backend).
+//
+// Step: opt.zero_grad(); loss = cross_entropy (or mse) of an MLP 784-1024-1024-10 (ReLU) on this rank's
+// 128 rows; loss.backward(); SGD step. One troupe (and OpenBLAS) thread per rank. Cases, each with its
+// own model (same seed) and optimizer:
+//   local           no communication (each rank trains alone): the compute floor
+//   DDP one bucket  first_bucket_mb = bucket_cap_mb = 1e6: one all_reduce of every gradient once the
+//                   last one is ready, i.e. after backward (no overlap)
+//   DDP buckets     PyTorch's defaults (first bucket 1 MiB, then 25 MiB; a bucket closes once it reaches
+//                   its cap, so here [layer 3, layer 2] 4.24 MB and [layer 1] 3.22 MB): the first
+//                   bucket's all_reduce runs while backward computes layer 1's gradients
+//   DDP per tensor  bucket_cap_mb = first_bucket_mb = 1e-6: one bucket per parameter (informative)
+//   DDP view        the defaults with gradient_as_bucket_view (no copy out of the buckets; informative)
+// Timing: samples of `steps` steps each, cases interleaved in rotating order; a sample starts after a
+// barrier, its time is the slowest rank's (MAX all_reduce) divided by steps; medians are printed by
+// rank 0. overlap gain = (one bucket - buckets) / one bucket.
+// Checks: every DDP model is the same on every rank, and the bucketed and one-bucket models are equal
+// (the same averages, whatever the bucketing).
+// ZeRO (when comm/zero.h is there): bytes per rank (params, grads, optimizer state; Adam) after one
+// step, for stages 1, 2 and 3 at world size 1 (a `local` group of one on each rank) and at the world's
+// size, next to plain DDP's; memory falls as 1/N for the sharded parts.
+#include <troupe/comm/comm.h>
+#include <troupe/launch/launch.h>
+#include <troupe/nn/nn.h>
+#include <troupe/tensor/ops.h>
+
+#if __has_include(<troupe/comm/zero.h>)
+#include <troupe/comm/zero.h>
+#define TROUPE_BENCH_HAVE_ZERO 1
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+// OpenBLAS extension (declared in OpenBLAS's cblas.h; repeated so other CBLAS headers compile too).
+extern "C" {
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"  // the table helpers this bench does not use
+#include "harness.h"
+#pragma GCC diagnostic pop
+
+namespace {
+
+using namespace troupe;
+namespace F = troupe::nn::functional;
+
+constexpr int64_t kBatch = 128, kIn = 784, kHidden = 1024, kOut = 10;
+bool use_mse = false;
+
+// The default generator is shared by the rank threads of `--ranks N`: seeding and drawing hold this lock.
+std::mutex& rng_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::shared_ptr<nn::Sequential> make_mlp() {
+  std::lock_guard<std::mutex> lock(rng_mutex());
+  manual_seed(1234);
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, kHidden), std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::Linear>(kHidden, kHidden), std::make_shared<nn::ReLU>(),
+                                          std::make_shared<nn::Linear>(kHidden, kOut));
+}
+
+Tensor loss_of(const Tensor& out, const Tensor& y_class, const Tensor& y_dense) {
+  return use_mse ? F::mse_loss(out, y_dense) : F::cross_entropy(out, y_class);
+}
+
+// One case: a model (DDP-wrapped or not), its optimizer and its timing samples.
+struct Case {
+  std::string name;
+  nn::ModulePtr model;  // what forward is called on (the DDP wrapper or the plain model)
+  nn::ModulePtr inner;  // the plain model
+  std::unique_ptr<optim::SGD> opt;
+  std::vector<double> ms;  // per-step ms of each sample (already the max over ranks)
+};
+
+std::unique_ptr<Case> make_case(const std::string& name, const comm::ProcessGroupPtr& pg,
+                                std::optional<comm::DDPOptions> ddp) {
+  auto c = std::make_unique<Case>();
+  c->name = name;
+  c->inner = make_mlp();
+  c->model = ddp ? nn::ModulePtr(std::make_shared<comm::DistributedDataParallel>(c->inner, pg, *ddp)) : c->inner;
+  c->opt = std::make_unique<optim::SGD>(c->model->parameters(), optim::SGDOptions(0.01));
+  return c;
+}
+
+// The slowest rank's value.
+double max_over_ranks(const comm::ProcessGroupPtr& pg, double v) {
+  Tensor t = full({1}, v, TensorOptions().dtype(kFloat64));
+  pg->all_reduce(t, comm::ReduceOp::MAX);
+  return t.to_vector<double>()[0];
+}
+
+// Flattened parameters (float64 copies) of a module.
+std::vector<double> flat_params(const nn::Module& m) {
+  std::vector<double> out;
+  for (const auto& p : m.parameters())
+    for (float v : p.detach().contiguous().to_vector<float>()) out.push_back(v);
+  return out;
+}
+
+// Largest difference between this rank's `v` and rank 0's.
+double diff_to_rank0(const comm::ProcessGroupPtr& pg, const std::vector<double>& v) {
+  Tensor t = tensor(v);
+  pg->broadcast(t, 0);
+  auto r0 = t.to_vector<double>();
+  double d = 0;
+  for (size_t i = 0; i < v.size(); ++i) d = std::max(d, std::fabs(v[i] - r0[i]));
+  return max_over_ranks(pg, d);
+}
+
+std::string mb(int64_t bytes) { return fmt("%.2f MB", static_cast<double>(bytes) / 1e6); }
+
+#ifdef TROUPE_BENCH_HAVE_ZERO
+// Bytes per rank after one Adam step at stage 0 (plain DDP: full params, grads, state), 1, 2 or 3.
+comm::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& yc,
+                              const Tensor& yd) {
+  auto factory = [](std::vector<Tensor> shards) {
+    return std::make_unique<optim::Adam>(std::move(shards), optim::AdamOptions(1e-3));
+  };
+  auto model = make_mlp();
+  if (stage == 0) {
+    auto ddp = std::make_shared<comm::DistributedDataParallel>(model, pg);
+    optim::Adam opt(ddp->parameters(), optim::AdamOptions(1e-3));
+    opt.zero_grad();
+    loss_of((*ddp)(x), yc, yd).backward();
+    opt.step();
+    comm::ShardMemory m;
+    for (const auto& p : model->parameters()) {
+      m.params += p.numel() * p.element_size();
+      if (p.grad().defined()) m.grads += p.grad().numel() * p.grad().element_size();
+    }
+    for (const auto& [impl, st] : opt.state()) {  // as ShardCore::memory() counts it
+      if (!st) continue;
+      nn::StateDict d;
+      st->write(d, "");
+      for (const auto& [k, t] : d)
+        if (t.defined()) m.optimizer_state += t.numel() * t.element_size();
+    }
+    return m;
+  }
+  if (stage == 3) {
+    auto fsdp = std::make_shared<comm::FullyShardedDataParallel>(model, factory, pg);
+    fsdp->zero_grad();
+    loss_of((*fsdp)(x), yc, yd).backward();
+    fsdp->step();
+    return fsdp->memory_per_rank();
+  }
+  comm::ZeroOptimizer zero(model, factory, stage, pg);
+  zero.zero_grad();
+  loss_of((*model)(x), yc, yd).backward();
+  zero.step();
+  return zero.memory_per_rank();
+}
+#endif
+
+int bench(launch::Context& ctx) {
+  auto pg = ctx.world;
+  const int me = ctx.rank, n = ctx.size;
+  set_num_threads(1);
+  if (openblas_set_num_threads) openblas_set_num_threads(1);
+
+  // This rank's batch: 128 rows of its own.
+  Tensor x, yc, yd;
+  {
+    std::lock_guard<std::mutex> lock(rng_mutex());
+    manual_seed(100 + static_cast<uint64_t>(me));
+    x = randn({kBatch, kIn});
+    yc = randint(0, kOut, {kBatch}, TensorOptions().dtype(kInt64));
+    yd = randn({kBatch, kOut});
+  }
+
+  if (me == 0) {
+    std::printf("ddp_bench%s: %s, %d ranks (backend %s), 1 thread per rank, MLP %lld-%lld-%lld-%lld, batch %lld per "
+                "rank, %s loss, SGD; load average %s\n",
+                cfg.quick ? " --quick" : "", cpu_name().c_str(), n, ctx.backend.c_str(), (long long)kIn,
+                (long long)kHidden, (long long)kHidden, (long long)kOut, (long long)kBatch,
+                use_mse ? "mse" : "cross-entropy", loadavg().c_str());
+  }
+
+  std::vector<std::unique_ptr<Case>> cases;
+  cases.push_back(make_case("local step (no communication)", pg, std::nullopt));
+  cases.push_back(make_case("DDP one bucket (all_reduce after backward)", pg,
+                            comm::DDPOptions().first_bucket_mb(1e6).bucket_cap_mb(1e6)));
+  cases.push_back(make_case("DDP buckets 1+25 MiB (overlapped, default)", pg, comm::DDPOptions()));
+  cases.push_back(make_case("DDP one bucket per tensor (overlapped)", pg,
+                            comm::DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)));
+  cases.push_back(make_case("DDP buckets 1+25 MiB, gradient_as_bucket_view", pg,
+                            comm::DDPOptions().gradient_as_bucket_view(true)));
+  if (me == 0) {
+    int64_t nparams = 0;
+    for (const auto& p : cases[0]->inner->parameters()) nparams += p.numel();
+    std::printf("parameters: %lld (%.2f MB float32)\n", (long long)nparams, nparams * 4 / 1e6);
+    for (size_t i = 1; i < cases.size(); ++i) {
+      auto* ddp = dynamic_cast<comm::DistributedDataParallel*>(cases[i]->model.get());
+      std::string s;
+      for (int64_t b : ddp->bucket_bytes()) s += (s.empty() ? "" : ", ") + mb(b);
+      std::printf("  %-48s buckets (reduction order): %s\n", cases[i]->name.c_str(), s.c_str());
+    }
+  }
+
+  auto step = [&](Case& c) {
+    c.opt->zero_grad();
+    Tensor loss = loss_of((*c.model)(x), yc, yd);
+    loss.backward();
+    c.opt->step();
+    do_not_optimize(loss.item<float>());
+  };
+  // Warm-up (allocations, first-iteration work), then the steps per sample from the slowest case.
+  double slowest = 0;
+  for (auto& c : cases) {
+    step(*c);
+    auto t0 = Clock::now();
+    for (int i = 0; i < 2; ++i) step(*c);
+    slowest = std::max(slowest, max_over_ranks(pg, ms_since(t0) / 2));
+  }
+  const int steps = std::max(1, static_cast<int>(std::ceil((cfg.quick ? 60.0 : 250.0) / slowest)));
+  const int samples = cfg.samples;
+  for (int s = 0; s < samples; ++s) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      Case& c = *cases[(k + static_cast<size_t>(s)) % cases.size()];
+      pg->barrier();
+      auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) step(c);
+      c.ms.push_back(max_over_ranks(pg, ms_since(t0) / steps));
+    }
+  }
+
+  // Checks: the DDP models agree across ranks and with each other.
+  std::vector<double> one_bucket = flat_params(*cases[1]->inner);
+  double rank_diff = 0, bucket_diff = 0;
+  for (size_t i = 1; i < cases.size(); ++i) {
+    auto v = flat_params(*cases[i]->inner);
+    rank_diff = std::max(rank_diff, diff_to_rank0(pg, v));
+    for (size_t k = 0; k < v.size(); ++k) bucket_diff = std::max(bucket_diff, std::fabs(v[k] - one_bucket[k]));
+  }
+  bucket_diff = max_over_ranks(pg, bucket_diff);
+  const bool ok = rank_diff == 0 && bucket_diff <= 1e-6;
+  if (!ok) ++check_failures;
+
+  if (me == 0) {
+    std::printf("\n%d samples x %d steps per case; ms per step = median over samples of the slowest rank's mean\n",
+                samples, steps);
+    const double local = median(cases[0]->ms), flat = median(cases[1]->ms);
+    for (const auto& c : cases) {
+      const double m = median(c->ms);
+      std::printf("  %-48s %9.2f ms/step  (min %.2f, max %.2f)  comm overhead over local %+6.2f ms\n", c->name.c_str(),
+                  m, *std::min_element(c->ms.begin(), c->ms.end()), *std::max_element(c->ms.begin(), c->ms.end()),
+                  m - local);
+    }
+    const double bucketed = median(cases[2]->ms), small = median(cases[3]->ms);
+    std::printf("overlap gain (default buckets vs one bucket): %.1f%% (%.2f ms of %.2f); one bucket per tensor: %.1f%%\n",
+                100 * (flat - bucketed) / flat, flat - bucketed, flat, 100 * (flat - small) / flat);
+    std::printf("troupe_ddp_ms_per_step %.3f\n", bucketed);  // read by scripts/ddp_bench.sh
+    std::printf("troupe_ddp_one_bucket_ms_per_step %.3f\n", flat);
+    std::printf("checks: DDP models equal on every rank (max diff %.1e), bucketed == one bucket (max diff %.1e): %s\n",
+                rank_diff, bucket_diff, ok ? "ok" : "FAILED");
+    std::fflush(stdout);
+  }
+
+#ifdef TROUPE_BENCH_HAVE_ZERO
+  // ZeRO memory per rank: world size 1 (a local group of one on each rank) and the world.
+  auto single = comm::make_local_groups(1)[0];
+  struct Mem {
+    comm::ShardMemory one, world;
+  };
+  std::vector<Mem> mems;
+  for (int stage = 0; stage <= 3; ++stage) mems.push_back({zero_memory(stage, single, x, yc, yd), zero_memory(stage, pg, x, yc, yd)});
+  if (me == 0) {
+    std::printf("\nZeRO bytes per rank after one Adam step (params + grads + optimizer state), world size 1 and %d\n", n);
+    std::printf("  %-22s | %-34s | %-34s | %s\n", "stage", "world size 1 (p / g / state)", "world size N (p / g / state)",
+                "total N/1");
+    const char* names[] = {"0 (DDP, unsharded)", "1 (optimizer state)", "2 (+ gradients)", "3 (+ parameters, FSDP)"};
+    for (int s = 0; s <= 3; ++s) {
+      auto col = [](const comm::ShardMemory& m) {
+        return mb(m.total()) + " (" + fmt("%.1f", m.params / 1e6) + " / " + fmt("%.1f", m.grads / 1e6) + " / " +
+               fmt("%.1f", m.optimizer_state / 1e6) + ")";
+      };
+      std::printf("  %-22s | %-34s | %-34s | %.3f\n", names[s], col(mems[s].one).c_str(), col(mems[s].world).c_str(),
+                  static_cast<double>(mems[s].world.total()) / static_cast<double>(mems[s].one.total()));
+    }
+    std::printf("  (ideal N/1 with N = %d: stage 1 (4+4+8/N)/16 = %.3f, stage 2 (4+(4+8)/N)/16 = %.3f, stage 3 1/N = %.3f)\n",
+                n, (8 + 8.0 / n) / 16, (4 + 12.0 / n) / 16, 1.0 / n);
+  }
+#else
+  if (me == 0) std::printf("\nZeRO: comm/zero.h not there; memory table skipped\n");
+#endif
+  if (me == 0) std::printf("load average at end %s\n", loadavg().c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --ranks N / --ranks=N and --loss=... are ours or launch's; the rest goes to the harness's parser.
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--ranks") == 0) {
+      ++i;
+    } else if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
+    } else if (std::strcmp(argv[i], "--loss=mse") == 0) {
+      use_mse = true;
+    } else if (std::strcmp(argv[i], "--loss=ce") == 0) {
+      use_mse = false;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (int rc = parse_args(static_cast<int>(rest.size()), rest.data(), "ddp_bench"); rc >= 0) return rc;
+  if (!cfg.quick && cfg.samples == 15) cfg.samples = 9;
+  return launch::run(argc, argv, [](launch::Context& ctx) { return bench(ctx); });
+}
