@@ -4,6 +4,7 @@
 // engine's exec lock: the worker, or a thread waiting for one of the group's ops (so a synchronous
 // collective runs on the caller's thread with no hand-off). Collectives run one at a time; point to
 // point ops are started in issue order and then complete in the background.
+#include <troupe/comm/checks.h>
 #include <troupe/comm/mpi.h>
 
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -81,13 +82,7 @@ MPI_Op reduce_mpi_op(ReduceOp op, ScalarType t) {
   return MPI_SUM;
 }
 
-std::string shape_str(const Tensor& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.size(d);
-  os << (t.dim() == 1 ? ",)" : ")");
-  return os.str();
-}
+using detail::shape_str;
 
 /// Raw bytes; the staging buffers of ops.
 using Buffer = std::shared_ptr<std::vector<char>>;
@@ -780,11 +775,7 @@ class MpiProcessGroup : public ProcessGroup {
     check_tensor(fn, "input", input);
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
-    if (output.numel() != input.numel() * size()) {
-      throw CommError(e_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements " +
-                      shape_str(output) + ", expected size * input.numel() = " + std::to_string(size()) + " * " +
-                      std::to_string(input.numel()));
-    }
+    detail::check_gather_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, input.numel(), input.dtype());
@@ -820,11 +811,7 @@ class MpiProcessGroup : public ProcessGroup {
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
     check_reduce(fn, op, input.dtype());
-    if (input.numel() != output.numel() * size()) {
-      throw CommError(e_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
-                      shape_str(input) + ", expected size * output.numel() = " + std::to_string(size()) + " * " +
-                      std::to_string(output.numel()));
-    }
+    detail::check_scatter_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, output.numel(), output.dtype());
@@ -860,14 +847,7 @@ class MpiProcessGroup : public ProcessGroup {
     check_tensor(fn, "input", input);
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
-    if (input.numel() % size() != 0) {
-      throw CommError(e_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
-                      shape_str(input) + ", not divisible by the group size " + std::to_string(size()));
-    }
-    if (output.numel() != input.numel()) {
-      throw CommError(e_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements, input has " +
-                      std::to_string(input.numel()));
-    }
+    detail::check_all_to_all_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, input.numel(), input.dtype());
@@ -966,47 +946,27 @@ class MpiProcessGroup : public ProcessGroup {
   }
 
  private:
+  // The error prefix of op `fn`, built only when a check fails.
+  detail::ErrorPrefix<Engine> at(const char* fn) const { return {e_.get(), fn}; }
   void check_tensor(const char* fn, const char* what, const Tensor& t) const {
-    if (!t.defined()) throw CommError(e_->where(fn) + ": " + what + " is undefined");
+    detail::check_defined(at(fn), what, t);
     if (!t.is_cpu()) {
       throw CommError(e_->where(fn) + ": " + what + " is on " + t.device().str() + "; the mpi backend takes CPU tensors");
     }
-    if (!t.is_contiguous()) {
-      throw CommError(e_->where(fn) + ": " + what + " " + shape_str(t) +
-                      " is not contiguous; pass a contiguous tensor (.contiguous(), then copy back)");
-    }
+    detail::check_contiguous(at(fn), what, t);
   }
   void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
-    if (t.dtype() != ref.dtype()) {
-      throw CommError(e_->where(fn) + ": " + what + " is " + dtype_name(t.dtype()) + ", expected " +
-                      dtype_name(ref.dtype()));
-    }
+    detail::check_same_dtype(at(fn), what, t, ref);
   }
   void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
-    if (static_cast<int>(list.size()) != size()) {
-      throw CommError(e_->where(fn) + ": " + what + " holds " + std::to_string(list.size()) + " tensors, expected " +
-                      std::to_string(size()) + " (the group size)");
-    }
-    for (size_t r = 0; r < list.size(); ++r) {
-      std::string name = std::string(what) + "[" + std::to_string(r) + "]";
-      check_tensor(fn, name.c_str(), list[r]);
-      check_same_dtype(fn, name.c_str(), list[r], like);
-      if (list[r].numel() != like.numel()) {
-        throw CommError(e_->where(fn) + ": " + name + " has " + std::to_string(list[r].numel()) + " elements " +
-                        shape_str(list[r]) + ", expected " + std::to_string(like.numel()) + " " + shape_str(like));
-      }
-    }
+    detail::check_list_like(at(fn), what, list, like, size(),
+                            [&](const char* name, const Tensor& t) { check_tensor(fn, name, t); });
   }
   void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
-    if (op == ReduceOp::AVG && !troupe::is_floating_point(dt)) {
-      throw CommError(e_->where(fn) + ": AVG needs a floating dtype, got " + dtype_name(dt));
-    }
+    detail::check_reduce(at(fn), op, dt);
   }
   void check_rank(const char* fn, const char* what, int r) const {
-    if (r < 0 || r >= size()) {
-      throw CommError(e_->where(fn) + ": " + what + " " + std::to_string(r) + " is not in [0, " + std::to_string(size()) +
-                      ")");
-    }
+    detail::check_rank(at(fn), what, r, size());
   }
   void check_tag(const char* fn, int tag) const {
     int* ub = nullptr;

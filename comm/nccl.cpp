@@ -6,6 +6,7 @@
 // waited out with ncclCommGetAsyncError, bounded by the group's timeout), and a completion event is
 // recorded. Work::wait polls that event (and the communicator's async error) until the op completes or
 // its deadline passes, which aborts the communicator.
+#include <troupe/comm/checks.h>
 #include <troupe/comm/nccl.h>
 
 #include <cuda_runtime.h>
@@ -99,13 +100,7 @@ ncclRedOp_t nccl_op(ReduceOp op, ScalarType t) {
   return ncclSum;
 }
 
-std::string shape_str(const Tensor& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.size(d);
-  os << (t.dim() == 1 ? ",)" : ")");
-  return os.str();
-}
+using detail::shape_str;
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
@@ -564,11 +559,7 @@ class NcclProcessGroup : public ProcessGroup {
     check_tensor(fn, "input", input);
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
-    if (output.numel() != input.numel() * size()) {
-      throw CommError(c_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements " +
-                      shape_str(output) + ", expected size * input.numel() = " + std::to_string(size()) + " * " +
-                      std::to_string(input.numel()));
-    }
+    detail::check_gather_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -630,11 +621,7 @@ class NcclProcessGroup : public ProcessGroup {
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
     check_reduce(fn, op, input.dtype());
-    if (input.numel() != output.numel() * size()) {
-      throw CommError(c_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
-                      shape_str(input) + ", expected size * output.numel() = " + std::to_string(size()) + " * " +
-                      std::to_string(output.numel()));
-    }
+    detail::check_scatter_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -698,14 +685,7 @@ class NcclProcessGroup : public ProcessGroup {
     check_tensor(fn, "input", input);
     check_tensor(fn, "output", output);
     check_same_dtype(fn, "output", output, input);
-    if (input.numel() % size() != 0) {
-      throw CommError(c_->where(fn) + ": input has " + std::to_string(input.numel()) + " elements " +
-                      shape_str(input) + ", not divisible by the group size " + std::to_string(size()));
-    }
-    if (output.numel() != input.numel()) {
-      throw CommError(c_->where(fn) + ": output has " + std::to_string(output.numel()) + " elements, input has " +
-                      std::to_string(input.numel()));
-    }
+    detail::check_all_to_all_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -811,8 +791,10 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
  private:
+  // The error prefix of op `fn`, built only when a check fails.
+  detail::ErrorPrefix<Comm> at(const char* fn) const { return {c_.get(), fn}; }
   void check_tensor(const char* fn, const char* what, const Tensor& t) const {
-    if (!t.defined()) throw CommError(c_->where(fn) + ": " + what + " is undefined");
+    detail::check_defined(at(fn), what, t);
     if (!t.is_cuda()) {
       throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() +
                       "; the nccl backend takes CUDA tensors on cuda:" + std::to_string(c_->device()) +
@@ -822,42 +804,20 @@ class NcclProcessGroup : public ProcessGroup {
       throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() + ", the group's device is cuda:" +
                       std::to_string(c_->device()));
     }
-    if (!t.is_contiguous()) {
-      throw CommError(c_->where(fn) + ": " + what + " " + shape_str(t) +
-                      " is not contiguous; pass a contiguous tensor (.contiguous(), then copy back)");
-    }
+    detail::check_contiguous(at(fn), what, t);
   }
   void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
-    if (t.dtype() != ref.dtype()) {
-      throw CommError(c_->where(fn) + ": " + what + " is " + dtype_name(t.dtype()) + ", expected " +
-                      dtype_name(ref.dtype()));
-    }
+    detail::check_same_dtype(at(fn), what, t, ref);
   }
   void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
-    if (static_cast<int>(list.size()) != size()) {
-      throw CommError(c_->where(fn) + ": " + what + " holds " + std::to_string(list.size()) + " tensors, expected " +
-                      std::to_string(size()) + " (the group size)");
-    }
-    for (size_t r = 0; r < list.size(); ++r) {
-      std::string name = std::string(what) + "[" + std::to_string(r) + "]";
-      check_tensor(fn, name.c_str(), list[r]);
-      check_same_dtype(fn, name.c_str(), list[r], like);
-      if (list[r].numel() != like.numel()) {
-        throw CommError(c_->where(fn) + ": " + name + " has " + std::to_string(list[r].numel()) + " elements " +
-                        shape_str(list[r]) + ", expected " + std::to_string(like.numel()) + " " + shape_str(like));
-      }
-    }
+    detail::check_list_like(at(fn), what, list, like, size(),
+                            [&](const char* name, const Tensor& t) { check_tensor(fn, name, t); });
   }
   void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
-    if (op == ReduceOp::AVG && !troupe::is_floating_point(dt)) {
-      throw CommError(c_->where(fn) + ": AVG needs a floating dtype, got " + dtype_name(dt));
-    }
+    detail::check_reduce(at(fn), op, dt);
   }
   void check_rank(const char* fn, const char* what, int r) const {
-    if (r < 0 || r >= size()) {
-      throw CommError(c_->where(fn) + ": " + what + " " + std::to_string(r) + " is not in [0, " +
-                      std::to_string(size()) + ")");
-    }
+    detail::check_rank(at(fn), what, r, size());
   }
   void check_peer(const char* fn, const char* what, int peer, int tag) const {
     check_rank(fn, what, peer);

@@ -1,0 +1,63 @@
+#include <troupe/comm/checks.h>
+
+#include <sstream>
+
+namespace troupe::comm::detail {
+
+std::string shape_str(const Tensor& t) {
+  std::ostringstream os;
+  os << "(";
+  for (int64_t d = 0; d < t.dim(); ++d) os << (d ? ", " : "") << t.size(d);
+  os << (t.dim() == 1 ? ",)" : ")");
+  return os.str();
+}
+
+void fail_undefined(const std::string& where, const char* what) { throw CommError(where + ": " + what + " is undefined"); }
+
+void fail_not_contiguous(const std::string& where, const char* what, const Tensor& t) {
+  throw CommError(where + ": " + what + " " + shape_str(t) +
+                  " is not contiguous; pass a contiguous tensor (.contiguous(), then copy back)");
+}
+
+void fail_dtype(const std::string& where, const std::string& what, const Tensor& t, const Tensor& ref) {
+  throw CommError(where + ": " + what + " is " + dtype_name(t.dtype()) + ", expected " + dtype_name(ref.dtype()));
+}
+
+void fail_list_count(const std::string& where, const char* what, size_t count, int size) {
+  throw CommError(where + ": " + what + " holds " + std::to_string(count) + " tensors, expected " +
+                  std::to_string(size) + " (the group size)");
+}
+
+void fail_list_numel(const std::string& where, const std::string& name, const Tensor& t, const Tensor& like) {
+  throw CommError(where + ": " + name + " has " + std::to_string(t.numel()) + " elements " + shape_str(t) +
+                  ", expected " + std::to_string(like.numel()) + " " + shape_str(like));
+}
+
+void fail_avg(const std::string& where, ScalarType dtype) {
+  throw CommError(where + ": AVG needs a floating dtype, got " + dtype_name(dtype));
+}
+
+void fail_rank(const std::string& where, const char* what, int r, int size) {
+  throw CommError(where + ": " + what + " " + std::to_string(r) + " is not in [0, " + std::to_string(size) + ")");
+}
+
+void fail_gather_sizes(const std::string& where, const Tensor& output, const Tensor& input, int size) {
+  throw CommError(where + ": output has " + std::to_string(output.numel()) + " elements " + shape_str(output) +
+                  ", expected size * input.numel() = " + std::to_string(size) + " * " + std::to_string(input.numel()));
+}
+
+void fail_scatter_sizes(const std::string& where, const Tensor& output, const Tensor& input, int size) {
+  throw CommError(where + ": input has " + std::to_string(input.numel()) + " elements " + shape_str(input) +
+                  ", expected size * output.numel() = " + std::to_string(size) + " * " + std::to_string(output.numel()));
+}
+
+void fail_all_to_all_sizes(const std::string& where, const Tensor& output, const Tensor& input, int size) {
+  if (input.numel() % size != 0) {
+    throw CommError(where + ": input has " + std::to_string(input.numel()) + " elements " + shape_str(input) +
+                    ", not divisible by the group size " + std::to_string(size));
+  }
+  throw CommError(where + ": output has " + std::to_string(output.numel()) + " elements, input has " +
+                  std::to_string(input.numel()));
+}
+
+}  // namespace troupe::comm::detail
