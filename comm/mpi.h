@@ -6,10 +6,14 @@
 //   comm::mpi_finalize();
 //
 // Each group owns a duplicate communicator and runs its ops in issue order with nonblocking MPI
-// (MPI_Iallreduce, MPI_Ibcast, ...), polled with MPI_Test until done or the group's timeout; the ops
+// (MPI_Iallreduce, MPI_Ibcast, ...; all-reduces up to 64 KB run troupe's recursive doubling over
+// MPI_Isend / MPI_Irecv instead, cheaper than libnbc's schedules there), polled with MPI_Test until
+// done or the group's timeout; the ops
 // run on the group's worker thread, or on the thread that waits for them when the worker is idle (a
 // synchronous collective then costs no thread hand-off). A timed-out collective breaks its group:
-// later ops on it fail at once. send is buffered (it completes once the data is copied), as the local
+// later ops on it fail at once. Its error names the ranks that had not arrived: the timed-out rank asks
+// every other rank's worker thread which op it began last (a rank that does not answer is named as
+// dead or stalled). send is buffered (it completes once the data is copied), as the local
 // backend's is. 16-bit floats are reduced in float32 and rounded once; bool reduces as OR (SUM, MAX)
 // and AND (PRODUCT, MIN); AVG needs a floating dtype.
 #pragma once
@@ -39,6 +43,11 @@ namespace detail {
 /// Largest element count passed to one MPI call (default INT_MAX); larger messages are split in
 /// chunks. Tests lower it to exercise the chunked paths.
 void set_mpi_max_count(int64_t count);
+/// All-reduces of at most this many bytes (default 64 KB) use troupe's recursive doubling; 0 turns it
+/// off (every all-reduce is an MPI_Iallreduce). Tests set it to run both paths.
+void set_mpi_small_allreduce_bytes(int64_t bytes);
+/// The current threshold (set_mpi_small_allreduce_bytes).
+int64_t mpi_small_allreduce_bytes();
 }  // namespace detail
 
 }  // namespace troupe::comm

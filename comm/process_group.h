@@ -65,6 +65,30 @@ struct GroupOptions {
 class ProcessGroup;
 using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
 
+namespace detail {
+/// True while the calling thread issues an op from one of ProcessGroup's synchronous forms: it will wait
+/// for the op at once, so a backend need not wake a worker thread to start it (the waiter runs it).
+inline thread_local bool t_sync_call = false;
+/// Marks the op issued in its scope as synchronous (t_sync_call).
+struct SyncCall {
+  bool prev = t_sync_call;
+  SyncCall() { t_sync_call = true; }
+  ~SyncCall() { t_sync_call = prev; }
+  SyncCall(const SyncCall&) = delete;
+  SyncCall& operator=(const SyncCall&) = delete;
+};
+/// Issues an op under SyncCall and waits for it.
+template <typename F>
+void run_sync(F&& issue) {
+  WorkPtr w;
+  {
+    SyncCall s;
+    w = issue();
+  }
+  w->wait();
+}
+}  // namespace detail
+
 /// A set of ranks that run collectives together.
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
@@ -106,24 +130,36 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   /// Completes once every rank has entered it.
   virtual WorkPtr barrier_async() = 0;
 
-  // ---- synchronous forms: the async form, then wait()
+  // ---- synchronous forms: the async form, then wait() (issued under detail::SyncCall)
 
-  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM) { all_reduce_async(tensor, op)->wait(); }
-  void broadcast(Tensor& tensor, int src) { broadcast_async(tensor, src)->wait(); }
-  void all_gather_into_tensor(Tensor& output, const Tensor& input) {
-    all_gather_into_tensor_async(output, input)->wait();
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM) {
+    detail::run_sync([&] { return all_reduce_async(tensor, op); });
   }
-  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) { all_gather_async(outputs, input)->wait(); }
+  void broadcast(Tensor& tensor, int src) {
+    detail::run_sync([&] { return broadcast_async(tensor, src); });
+  }
+  void all_gather_into_tensor(Tensor& output, const Tensor& input) {
+    detail::run_sync([&] { return all_gather_into_tensor_async(output, input); });
+  }
+  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) {
+    detail::run_sync([&] { return all_gather_async(outputs, input); });
+  }
   void reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM) {
-    reduce_scatter_tensor_async(output, input, op)->wait();
+    detail::run_sync([&] { return reduce_scatter_tensor_async(output, input, op); });
   }
   void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::SUM) {
-    reduce_scatter_async(output, inputs, op)->wait();
+    detail::run_sync([&] { return reduce_scatter_async(output, inputs, op); });
   }
-  void all_to_all(Tensor& output, const Tensor& input) { all_to_all_async(output, input)->wait(); }
-  void send(const Tensor& tensor, int dst, int tag = 0) { send_async(tensor, dst, tag)->wait(); }
-  void recv(Tensor& tensor, int src, int tag = 0) { recv_async(tensor, src, tag)->wait(); }
-  void barrier() { barrier_async()->wait(); }
+  void all_to_all(Tensor& output, const Tensor& input) {
+    detail::run_sync([&] { return all_to_all_async(output, input); });
+  }
+  void send(const Tensor& tensor, int dst, int tag = 0) {
+    detail::run_sync([&] { return send_async(tensor, dst, tag); });
+  }
+  void recv(Tensor& tensor, int src, int tag = 0) {
+    detail::run_sync([&] { return recv_async(tensor, src, tag); });
+  }
+  void barrier() { detail::run_sync([&] { return barrier_async(); }); }
 
   // ---- sub-groups (collective over this group: every rank calls them, in the same order)
 

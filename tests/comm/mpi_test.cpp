@@ -16,6 +16,9 @@
 #include <functional>
 #include <thread>
 
+#include <signal.h>
+#include <unistd.h>
+
 using namespace troupe;
 using namespace troupe::comm;
 using namespace std::chrono_literals;
@@ -153,6 +156,64 @@ TEST(MpiCollectives, AllReduceUInt8AndBool) {
   Tensor b = make_t(3, kBool, [](int64_t) { return 1; });
   pg->all_reduce(b, ReduceOp::PRODUCT);
   expect_all(b, [](int64_t) { return 1; }, "all_reduce bool PRODUCT of all true");
+}
+
+// All-reduces up to 64 KB run troupe's recursive doubling (with folding when the size is not a power of
+// two), larger ones MPI_Iallreduce. Both paths, across the threshold, on values whose sum depends on the
+// order: every rank must end with the same bits, and the two paths agree to rounding.
+TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
+  MPI_SETUP(pg);
+  int n = pg->size(), me = pg->rank();
+  int64_t saved = comm::detail::mpi_small_allreduce_bytes();
+  ASSERT_EQ(saved, 64 << 10);
+  auto value = [&](int r, int64_t i) { return std::sin(0.37 * (r + 1) * (i + 1)) * std::pow(10.0, (i + r) % 7 - 3); };
+  for (ScalarType dt : {kFloat32, kFloat64, kBFloat16}) {
+    for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
+      for (int64_t len : {int64_t{1}, int64_t{1023}, int64_t{16384}, int64_t{16385}, int64_t{40000}}) {
+        Tensor results[2];
+        for (int path = 0; path < 2; ++path) {
+          comm::detail::set_mpi_small_allreduce_bytes(path == 0 ? 0 : saved);  // 0: MPI_Iallreduce always
+          Tensor t = make_t(len, dt, [&](int64_t i) { return value(me, i); });
+          pg->all_reduce(t, op);
+          // Every rank's result, gathered: all equal to the bit.
+          Tensor all = zeros({n * len}, TensorOptions().dtype(dt));
+          pg->all_gather_into_tensor(all, t);
+          Tensor mine = all.narrow(0, 0, len).to(kFloat64);
+          for (int r = 1; r < n; ++r) {
+            Tensor other = all.narrow(0, r * len, len).to(kFloat64);
+            ASSERT_TRUE(mine.equal(other)) << label(std::string("all_reduce ") + reduce_op_name(op), dt, len, pg)
+                                           << " path " << path << ": rank " << r << " differs from rank 0";
+          }
+          results[path] = t.to(kFloat64);
+        }
+        // The two paths: the same maths, summed in other orders.
+        auto a = results[0].to_vector<double>(), b = results[1].to_vector<double>();
+        double tol = dt == kBFloat16 ? 2e-2 : (dt == kFloat32 ? 1e-5 : 1e-12);
+        for (int64_t i = 0; i < len; ++i) {
+          double w = 0;
+          for (int r = 0; r < n; ++r) w = std::max(w, std::fabs(value(r, i)));
+          double scale = op == ReduceOp::PRODUCT ? std::max(std::fabs(a[i]), 1e-300) : std::max(w, 1e-300);
+          ASSERT_LE(std::fabs(a[i] - b[i]), tol * scale * n)
+              << label(std::string("all_reduce ") + reduce_op_name(op), dt, len, pg) << " element " << i << ": MPI "
+              << a[i] << ", troupe " << b[i];
+        }
+      }
+    }
+  }
+  comm::detail::set_mpi_small_allreduce_bytes(saved);
+  // MIN / MAX with signed zeros and NaN: symmetric, so every rank agrees.
+  Tensor z = make_t(4, kFloat32, [&](int64_t i) {
+    if (i == 0) return me % 2 ? -0.0 : 0.0;
+    if (i == 1) return me == n - 1 ? std::nan("") : 1.0;
+    return static_cast<double>(i);
+  });
+  Tensor zmax = z.clone();
+  pg->all_reduce(z, ReduceOp::MIN);
+  pg->all_reduce(zmax, ReduceOp::MAX);
+  auto zv = z.to_vector<float>(), xv = zmax.to_vector<float>();
+  EXPECT_TRUE(zv[0] == 0.0f && std::signbit(zv[0])) << "MIN(+0, -0) should be -0, got " << zv[0];
+  EXPECT_TRUE(xv[0] == 0.0f && !std::signbit(xv[0])) << "MAX(+0, -0) should be +0, got " << xv[0];
+  EXPECT_TRUE(std::isnan(zv[1]) && std::isnan(xv[1])) << "a NaN on one rank should give NaN";
 }
 
 TEST(MpiCollectives, BroadcastFromEveryRank) {
@@ -487,8 +548,10 @@ TEST(MpiTimeout, LateRankMakesOthersFailNobodyHangs) {
   } else {
     std::string err = error_of([&] { g->all_reduce(t); });
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    // Rank 1 is the only one named: every other rank answered that it had begun op #0.
     EXPECT_TRUE(contains(err, "[all_reduce] group 'slow'") && contains(err, "op #0") &&
-                contains(err, "did not complete within 300 ms") && contains(err, "ranks not arrived: unknown"))
+                contains(err, "did not complete within 300 ms; ranks not arrived: 1 (has begun no op of this group)") &&
+                err.ends_with("ranks not arrived: 1 (has begun no op of this group)"))
         << err;
     EXPECT_GE(ms, 250);
     EXPECT_LT(ms, 5000);
@@ -498,6 +561,7 @@ TEST(MpiTimeout, LateRankMakesOthersFailNobodyHangs) {
   }
   auto total = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(total, 10000);
+  pg->barrier();  // every rank's diagnosis is over (they ask the others' groups) before any group goes
   g.reset();
   pg->barrier();  // the world is unaffected
   Tensor x = full({3}, 1.0);
@@ -518,6 +582,42 @@ TEST(MpiTimeout, LateRankMakesOthersFailNobodyHangs) {
     pg->barrier();
     if (me == 1) pg->send(full({1}, 5.0), 0, 77);
   }
+  pg->barrier();
+}
+
+// A rank whose process is stopped (SIGSTOP) cannot answer: the others name it as not answering. Rank 0
+// resumes it (SIGCONT) once they all have their error.
+TEST(MpiTimeout, StoppedRankIsNamedAsNotAnswering) {
+  MPI_SETUP(pg);
+  int n = pg->size(), me = pg->rank();
+  Tensor pid = full({1}, static_cast<double>(getpid()), TensorOptions().dtype(kInt64));
+  Tensor pids = zeros({n}, TensorOptions().dtype(kInt64));
+  pg->all_gather_into_tensor(pids, pid);
+  GroupOptions o;
+  o.timeout = 300ms;
+  o.name = "stopped";
+  auto g = pg->split(0, me, o);
+  auto rest = pg->split(me == 1 ? -1 : 0, me);  // every rank but 1
+  ASSERT_NE(g, nullptr);
+  Tensor t = full({10}, 1.0);
+  if (me == 1) {
+    raise(SIGSTOP);  // until rank 0's SIGCONT
+    std::string err = error_of([&] { g->all_reduce(t); });
+    EXPECT_TRUE(err == "<no exception>" || contains(err, "did not complete")) << err;
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string err = error_of([&] { g->all_reduce(t); });
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(contains(err, "[all_reduce] group 'stopped'") && contains(err, "op #0") &&
+                contains(err, "ranks not arrived: 1 (no answer within 300 ms: dead, stopped or its process stalled)"))
+        << err;
+    EXPECT_LT(ms, 5000);
+    rest->barrier();
+    if (me == 0) kill(static_cast<pid_t>(pids.to_vector<int64_t>()[1]), SIGCONT);
+  }
+  pg->barrier();
+  g.reset();
+  rest.reset();
   pg->barrier();
 }
 
