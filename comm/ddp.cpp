@@ -5,13 +5,16 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/parallel.h>
 
 namespace troupe::comm {
 
@@ -23,6 +26,31 @@ std::string sizes_str(IntArrayRef s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// dst = src * s in one pass over memory, as PyTorch's reducer does (mul_out into the bucket view):
+// a copy and then a mul_ would scan the gradients twice. Contiguous CPU float32 / float64 of one dtype
+// take a raw loop (the product in the tensor's dtype, s rounded to it once, as mul_ does); the rest
+// copy_ and mul_.
+void scaled_copy(Tensor dst, const Tensor& src, double s) {
+  const int64_t n = dst.numel();
+  const bool raw = dst.is_cpu() && src.is_cpu() && dst.is_contiguous() && src.is_contiguous() &&
+                   dst.dtype() == src.dtype() && (dst.dtype() == kFloat32 || dst.dtype() == kFloat64) &&
+                   src.numel() == n;
+  if (!raw) {
+    dst.copy_(src);
+    if (s != 1.0) dst.mul_(s);
+    return;
+  }
+  auto run = [&](auto* d, const auto* x) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(d)>>;
+    const T f = static_cast<T>(s);
+    parallel_for(0, n, kGrainSize, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = x[i] * f;
+    });
+  };
+  if (dst.dtype() == kFloat32) run(static_cast<float*>(dst.data_ptr()), static_cast<const float*>(src.data_ptr()));
+  else run(static_cast<double*>(dst.data_ptr()), static_cast<const double*>(src.data_ptr()));
 }
 
 // Broadcasts `tensors` from rank 0 of `group`, one flat message per dtype and device (PyTorch's
@@ -345,8 +373,7 @@ struct DistributedDataParallel::Reducer {
         if (grad.data_ptr() == view.data_ptr() && grad.numel() > 0) {
           view.mul_(scale);  // already a view into the bucket (gradient_as_bucket_view)
         } else {
-          view.copy_(grad);
-          if (scale != 1.0) view.mul_(scale);
+          scaled_copy(view, grad, scale);
           if (grad_as_view) params[i].set_grad(view);
         }
       } else {
@@ -360,7 +387,13 @@ struct DistributedDataParallel::Reducer {
   void launch_ready_buckets() {
     while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
       Bucket& b = buckets[next_bucket];
-      if (group->size() > 1) b.work = group->all_reduce_async(b.flat, ReduceOp::SUM);
+      if (group->size() > 1) {
+        // The last bucket is waited for at once (finalize, below): issued as a synchronous call, the
+        // waiting thread runs it rather than waking the backend's worker.
+        std::optional<detail::SyncCall> sync;
+        if (next_bucket + 1 == buckets.size()) sync.emplace();
+        b.work = group->all_reduce_async(b.flat, ReduceOp::SUM);
+      }
       ++next_bucket;
     }
     if (next_bucket == buckets.size()) finalize();
