@@ -20,7 +20,19 @@
 // (the same averages, whatever the bucketing).
 // ZeRO (when comm/zero.h is there): bytes per rank (params, grads, optimizer state; Adam) after one
 // step, for stages 1, 2 and 3 at world size 1 (a `local` group of one on each rank) and at the world's
-// size, next to plain DDP's; memory falls as 1/N for the sharded parts.
+// size, next to plain DDP's; memory falls as 1/N for the sharded parts. Then the ZeRO step (same model,
+// batch and SGD as the DDP cases, timed the same way), before and after the bucket reduce-scatters
+// moved into backward, with each case's peak bytes per rank over one step (max_memory_per_rank):
+//   ZeRO-2 before     overlap_comm(false), one bucket: one reduce-scatter after backward, in step()
+//                     (the schedule of the previous implementation)
+//   ZeRO-2 overlapped the defaults: buckets 1+25 MiB reduce-scattered from the gradient hooks
+//   FSDP before       one unit, overlap_comm(false), one bucket (the previous schedule)
+//   FSDP overlapped   one unit, buckets from the hooks
+//   FSDP units        children_wrap_policy (one unit per Linear): gathered before each layer's forward,
+//                     freed after it (reshard_after_forward) or kept, gathered again in backward
+//                     (without or with backward_prefetch); peak parameter bytes fall to about the
+//                     largest unit plus the shards (two units in backward with prefetch)
+// Check: every ZeRO case ends with the same parameters (the same averages whatever the schedule).
 #include <troupe/comm/comm.h>
 #include <troupe/launch/launch.h>
 #include <troupe/nn/nn.h>
@@ -163,6 +175,135 @@ comm::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const 
   zero.step();
   return zero.memory_per_rank();
 }
+
+// One ZeRO configuration: its own model (same seed), wrapper, timing samples and peak.
+struct ZeroCase {
+  std::string name;
+  nn::ModulePtr model;
+  std::unique_ptr<comm::ZeroOptimizer> zero;
+  std::shared_ptr<comm::FullyShardedDataParallel> fsdp;
+  std::vector<double> ms;
+  comm::ShardMemory peak;
+  int64_t forward_peak_params = 0;  // FSDP: the most parameter bytes during forward
+};
+
+// The ZeRO step before and after the overlap; returns whether the cases agree.
+bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& yc, const Tensor& yd) {
+  auto sgd = [](std::vector<Tensor> shards) {
+    return std::make_unique<optim::SGD>(std::move(shards), optim::SGDOptions(0.01));
+  };
+  const double huge = 1e6;  // MiB: one bucket
+  auto zero_case = [&](const std::string& name, comm::ZeroOptions o) {
+    auto c = std::make_unique<ZeroCase>();
+    c->name = name;
+    c->model = make_mlp();
+    c->zero = std::make_unique<comm::ZeroOptimizer>(c->model, sgd, 2, pg, o);
+    return c;
+  };
+  auto fsdp_case = [&](const std::string& name, comm::FSDPOptions o) {
+    auto c = std::make_unique<ZeroCase>();
+    c->name = name;
+    c->model = make_mlp();
+    c->fsdp = std::make_shared<comm::FullyShardedDataParallel>(c->model, sgd, pg, o);
+    return c;
+  };
+  std::vector<std::unique_ptr<ZeroCase>> cases;
+  cases.push_back(zero_case("ZeRO-2 before: one bucket, in step()",
+                            comm::ZeroOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
+  cases.push_back(zero_case("ZeRO-2 overlapped: buckets 1+25 MiB", comm::ZeroOptions()));
+  cases.push_back(fsdp_case("FSDP before: one unit, one bucket, in step()",
+                            comm::FSDPOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
+  cases.push_back(fsdp_case("FSDP overlapped: one unit, buckets 1+25 MiB", comm::FSDPOptions()));
+  cases.push_back(fsdp_case("FSDP units (children), reshard_after_forward",
+                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy())));
+  cases.push_back(fsdp_case("FSDP units (children), reshard, prefetch",
+                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy()).backward_prefetch(true)));
+  cases.push_back(fsdp_case("FSDP units (children), kept after forward",
+                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy()).reshard_after_forward(false)));
+
+  auto step = [&](ZeroCase& c) {
+    c.zero ? c.zero->zero_grad() : c.fsdp->zero_grad();
+    Tensor out = c.fsdp ? (*c.fsdp)(x) : (*c.model)(x);
+    Tensor loss = loss_of(out, yc, yd);
+    loss.backward();
+    c.zero ? c.zero->step() : c.fsdp->step();
+    do_not_optimize(loss.item<float>());
+  };
+  double slowest = 0;
+  for (auto& c : cases) {
+    step(*c);
+    auto t0 = Clock::now();
+    for (int i = 0; i < 2; ++i) step(*c);
+    slowest = std::max(slowest, max_over_ranks(pg, ms_since(t0) / 2));
+  }
+  const int steps = std::max(1, static_cast<int>(std::ceil((cfg.quick ? 60.0 : 250.0) / slowest)));
+  for (int s = 0; s < cfg.samples; ++s) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      ZeroCase& c = *cases[(k + static_cast<size_t>(s)) % cases.size()];
+      pg->barrier();
+      auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) step(c);
+      c.ms.push_back(max_over_ranks(pg, ms_since(t0) / steps));
+    }
+  }
+  // Peak bytes per rank over one more step, and during its forward (the most of the ranks).
+  for (auto& c : cases) {
+    c->zero ? c->zero->zero_grad() : c->fsdp->zero_grad();
+    c->zero ? c->zero->reset_peak_memory_stats() : c->fsdp->reset_peak_memory_stats();
+    Tensor loss = loss_of(c->fsdp ? (*c->fsdp)(x) : (*c->model)(x), yc, yd);
+    if (c->fsdp)
+      c->forward_peak_params =
+          static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(c->fsdp->max_memory_per_rank().params)));
+    loss.backward();
+    c->zero ? c->zero->step() : c->fsdp->step();
+    comm::ShardMemory m = c->zero ? c->zero->max_memory_per_rank() : c->fsdp->max_memory_per_rank();
+    c->peak.params = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.params)));
+    c->peak.grads = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.grads)));
+    c->peak.optimizer_state = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.optimizer_state)));
+  }
+  // Every case took the same steps from the same parameters: the same result.
+  for (auto& c : cases)
+    if (c->fsdp) c->fsdp->gather_parameters();
+  const std::vector<double> first = flat_params(*cases[0]->model);
+  double diff = 0;
+  for (auto& c : cases) {
+    auto v = flat_params(*c->model);
+    for (size_t k = 0; k < v.size(); ++k) diff = std::max(diff, std::fabs(v[k] - first[k]));
+  }
+  diff = max_over_ranks(pg, diff);
+  const bool ok = diff <= 1e-6;
+  if (!ok) ++check_failures;
+  if (pg->rank() == 0) {
+    std::printf("\nZeRO step (stage 2 and FSDP; SGD, same MLP and batch as above; %d samples x %d steps; ms per step\n"
+                "= median over samples of the slowest rank's mean; peak bytes per rank over one step)\n",
+                cfg.samples, steps);
+    std::printf("  %-46s %8s  %-16s %12s %12s %12s\n", "case", "ms/step", "(min, max)", "peak params",
+                "in forward", "peak grads");
+    for (const auto& c : cases) {
+      const std::string range = fmt("(%.2f, ", *std::min_element(c->ms.begin(), c->ms.end())) +
+                                fmt("%.2f)", *std::max_element(c->ms.begin(), c->ms.end()));
+      std::printf("  %-46s %8.2f  %-16s %12s %12s %12s\n", c->name.c_str(), median(c->ms), range.c_str(),
+                  mb(c->peak.params).c_str(), c->fsdp ? mb(c->forward_peak_params).c_str() : "",
+                  mb(c->peak.grads).c_str());
+    }
+    const double z_before = median(cases[0]->ms), z_after = median(cases[1]->ms);
+    const double f_before = median(cases[2]->ms), f_after = median(cases[3]->ms);
+    std::printf("ZeRO-2 overlapped vs before: %.2f -> %.2f ms (%+.1f%%); FSDP one unit: %.2f -> %.2f ms (%+.1f%%); "
+                "FSDP units: %.2f ms (reshard), %.2f ms (prefetch), %.2f ms (kept)\n",
+                z_before, z_after, 100 * (z_after - z_before) / z_before, f_before, f_after,
+                100 * (f_after - f_before) / f_before, median(cases[4]->ms), median(cases[5]->ms), median(cases[6]->ms));
+    std::printf("peak bytes per rank: ZeRO-2 grads %s -> %s; FSDP params %s (one unit) -> %s (units, reshard; %s in "
+                "forward, %s with backward_prefetch)\n",
+                mb(cases[0]->peak.grads).c_str(), mb(cases[1]->peak.grads).c_str(), mb(cases[3]->peak.params).c_str(),
+                mb(cases[4]->peak.params).c_str(), mb(cases[4]->forward_peak_params).c_str(),
+                mb(cases[5]->peak.params).c_str());
+    std::printf("troupe_zero2_before_ms_per_step %.3f\ntroupe_zero2_ms_per_step %.3f\n", z_before, z_after);
+    std::printf("troupe_fsdp_before_ms_per_step %.3f\ntroupe_fsdp_ms_per_step %.3f\n", f_before, f_after);
+    std::printf("checks: every ZeRO case ends with the same parameters (max diff %.1e): %s\n", diff, ok ? "ok" : "FAILED");
+    std::fflush(stdout);
+  }
+  return ok;
+}
 #endif
 
 int bench(launch::Context& ctx) {
@@ -292,12 +433,15 @@ int bench(launch::Context& ctx) {
     }
     std::printf("  (ideal N/1 with N = %d: stage 1 (4+4+8/N)/16 = %.3f, stage 2 (4+(4+8)/N)/16 = %.3f, stage 3 1/N = %.3f)\n",
                 n, (8 + 8.0 / n) / 16, (4 + 12.0 / n) / 16, 1.0 / n);
+    std::fflush(stdout);
   }
+  const bool zero_ok = zero_steps(pg, x, yc, yd);
 #else
+  const bool zero_ok = true;
   if (me == 0) std::printf("\nZeRO: comm/zero.h not there; memory table skipped\n");
 #endif
   if (me == 0) std::printf("load average at end %s\n", loadavg().c_str());
-  return ok ? 0 : 1;
+  return ok && zero_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -1,16 +1,25 @@
-// ZeRO stages 1-3 over flat per-dtype buffers, and the sharded checkpoint (see zero.h).
+// ZeRO stages 1-3 over flat buffers (one per gradient bucket), FSDP units, and the sharded checkpoint
+// (see zero.h).
 #include <troupe/comm/zero.h>
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <troupe/nn/serialize.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/storage.h>
+#include <troupe/tensor/tensor_impl.h>
 
 namespace troupe::comm {
 
@@ -39,22 +48,135 @@ std::pair<int64_t, int64_t> piece_of(const FlatShardInfo& g, int64_t member_nume
 constexpr const char* kMeta = "__meta__.";
 constexpr const char* kWorldSize = "__world_size__";
 
+// FSDP's storage resize: a freed flat buffer keeps its StorageImpl (which the parameters' views, and
+// the views autograd saved in forward, share) with 0 bytes; gathering gives it its bytes back in place.
+void release_storage(const Tensor& t) {
+  StorageImpl& s = *t.impl()->storage;
+  if (s.nbytes == 0) return;
+  StorageImpl none(0, s.device);  // takes the bytes and frees them as it goes
+  std::swap(s.data, none.data);
+  std::swap(s.nbytes, none.nbytes);
+  std::swap(s.deleter, none.deleter);
+}
+
+void allocate_storage(const Tensor& t, size_t nbytes) {
+  StorageImpl& s = *t.impl()->storage;
+  if (s.nbytes == nbytes) return;
+  StorageImpl fresh(nbytes, s.device);
+  std::swap(s.data, fresh.data);
+  std::swap(s.nbytes, fresh.nbytes);
+  std::swap(s.deleter, fresh.deleter);
+}
+
+int64_t storage_bytes(const Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.impl()->storage->nbytes) : 0;
+}
+
+// The parameters some ZeroOptimizer or FullyShardedDataParallel wraps now (one wrapper at a time: both
+// re-point the parameters' data and hook their gradients).
+std::mutex& wrapped_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<const TensorImpl*>& wrapped() {
+  static std::unordered_set<const TensorImpl*> s;
+  return s;
+}
+
 }  // namespace
+
+AutoWrapPolicy children_wrap_policy() {
+  return [](const std::string& name, const nn::Module&) { return name.find('.') == std::string::npos; };
+}
+
+AutoWrapPolicy modules_wrap_policy(std::vector<nn::ModulePtr> modules) {
+  return [modules = std::move(modules)](const std::string&, const nn::Module& m) {
+    return std::any_of(modules.begin(), modules.end(), [&](const nn::ModulePtr& x) { return x.get() == &m; });
+  };
+}
 
 namespace detail {
 
-struct ShardCore {
+struct ShardCore : std::enable_shared_from_this<ShardCore> {
+  // ---- configuration
   ProcessGroupPtr group;
   int stage = 1;
   std::string who;  // "[ZeroOptimizer]", "[FullyShardedDataParallel]"
+  double first_bucket_mb = 1, bucket_cap_mb = 25;
+  bool overlap = true;
+  bool reshard_after_forward = true;
+  bool prefetch = true;
+  AutoWrapPolicy policy;
+
+  // ---- parameters and layout
   std::vector<std::string> names;
   std::vector<Tensor> params;  // parameters that require grad, registration order
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<size_t> unit_of_param;      // parameter -> unit
+  std::vector<size_t> group_of, slot_of;  // parameter -> flat buffer, member index in it
   std::vector<FlatShardInfo> groups;
-  std::vector<Tensor> full;    // per group: the flat buffer (stages 1-2 always; stage 3 while gathered)
-  std::vector<Tensor> shards;  // per group: the shard the inner optimizer steps (stages 1-2: an alias of full's slice)
+  std::vector<size_t> launch_order;  // flat buffers in reduction order (reverse registration)
+  std::vector<Tensor> full;     // per buffer: the flat buffer (stage 3: storage released while freed)
+  std::vector<Tensor> shards;   // per buffer: the shard the inner optimizer steps (stages 1-2: full's slice)
+  std::vector<Tensor> views;    // per parameter: its view of its buffer
+  std::vector<Tensor> empties;  // stage 3, per parameter: what it points at while freed
   std::unique_ptr<optim::Optimizer> opt;
-  bool gathered = false;
+  bool registered = false;
+
+  // ---- units (stage 3; stages 1-2 have the root unit only)
+  struct UnitState {
+    nn::Module* module = nullptr;
+    bool gathered = false;
+    std::vector<WorkPtr> gathering;  // all_gathers in flight (prefetch)
+    std::vector<uint32_t> versions;  // the buffers' version counters before the gather
+    size_t pending = 0;              // parameters without their gradient in this reduction round
+  };
+  std::vector<ShardUnit> units;
+  std::vector<UnitState> ustate;
+  std::vector<size_t> forward_order;  // units in the order their forward started, since the root's
+  std::vector<nn::RemovableHandle> module_hooks;
+  std::vector<int64_t> acc_hooks;  // per parameter: post-accumulate-grad hook id, -1 when none
+
+  // ---- gradient reduction (stages 2-3)
+  struct Bucket {
+    Tensor flat;  // this round's full gradient of the buffer (allocated at its first member)
+    size_t pending = 0;
+  };
+  struct InFlight {
+    size_t g = 0;
+    Tensor flat, out;  // the reduce-scatter's input and output (out is flat when size() == 1)
+    WorkPtr work;
+  };
+  std::vector<Bucket> buckets;
+  bool round_active = false;
+  std::vector<char> ready;
+  size_t next_launch = 0;
+  std::deque<std::unique_ptr<InFlight>> in_flight;  // launched, in launch order
+  ShardMemory peak;
+
+  ~ShardCore() {
+    for (size_t i = 0; i < acc_hooks.size(); ++i)
+      if (acc_hooks[i] >= 0) params[i].remove_post_accumulate_grad_hook(acc_hooks[i]);
+    for (auto& h : module_hooks) h.remove();
+    for (auto& f : in_flight) {
+      if (!f->work) continue;
+      try {
+        f->work->wait();
+      } catch (...) {
+      }
+    }
+    for (auto& u : ustate)
+      for (auto& w : u.gathering) {
+        try {
+          w->wait();
+        } catch (...) {
+        }
+      }
+    if (registered) {
+      std::lock_guard<std::mutex> lock(wrapped_mutex());
+      for (const auto& p : params) wrapped().erase(p.impl());
+    }
+  }
 
   // ---- construction
 
@@ -64,6 +186,9 @@ struct ShardCore {
       throw std::invalid_argument(who + " no process group: pass one, or call launch::init / run under "
                                         "comm::run_local first (comm::world() is null)");
     if (!factory) throw std::invalid_argument(who + " the optimizer factory is empty");
+    if (!(bucket_cap_mb > 0) || !(first_bucket_mb > 0))
+      throw std::invalid_argument(who + " bucket_cap_mb and first_bucket_mb must be positive, got " +
+                                  std::to_string(bucket_cap_mb) + " and " + std::to_string(first_bucket_mb));
     for (const auto& [n, p] : module->named_parameters()) {
       if (!p.defined() || !p.requires_grad()) continue;
       if (!is_floating_point(p.dtype()))
@@ -73,49 +198,63 @@ struct ShardCore {
       params.push_back(p);
       shapes.push_back(to_shape(p.sizes()));
     }
-    const int size = group->size(), rank = group->rank();
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.dtype == params[i].dtype(); });
-      if (it == groups.end()) {
-        groups.push_back(FlatShardInfo{});
-        it = std::prev(groups.end());
-        it->dtype = params[i].dtype();
-      }
-      it->params.push_back(i);
-      it->offsets.push_back(it->numel);
-      it->numel += params[i].numel();
+    {
+      std::lock_guard<std::mutex> lock(wrapped_mutex());
+      for (size_t i = 0; i < params.size(); ++i)
+        if (wrapped().count(params[i].impl()))
+          throw std::invalid_argument(who + " parameter " + names[i] +
+                                      " is already wrapped by another ZeroOptimizer or FullyShardedDataParallel "
+                                      "(a parameter can be sharded by one at a time: destroy the other first)");
+      for (const auto& p : params) wrapped().insert(p.impl());
+      registered = true;
     }
+    make_units(module);
+    assign_buckets();
+    const int size = group->size(), rank = group->rank();
     for (auto& g : groups) {
       g.padded_numel = (g.numel + size - 1) / size * size;
       g.shard_numel = g.padded_numel / size;
       g.shard_offset = static_cast<int64_t>(rank) * g.shard_numel;
     }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      ShardUnit& u = units[groups[g].unit];
+      u.flat_shards.push_back(g);
+      u.full_bytes += groups[g].padded_numel * static_cast<int64_t>(element_size(groups[g].dtype));
+    }
     verify_across_ranks();
 
     NoGradGuard no_grad;
-    for (auto& g : groups) {
-      Tensor flat = zeros({g.padded_numel}, TensorOptions(g.dtype));
-      for (size_t k = 0; k < g.params.size(); ++k) {
-        const Tensor& p = params[g.params[k]];
-        flat.narrow(0, g.offsets[k], p.numel()).copy_(p.detach().reshape({p.numel()}));
+    views.resize(params.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const FlatShardInfo& G = groups[g];
+      const TensorOptions o = TensorOptions(G.dtype).device(params[G.params[0]].device());
+      Tensor flat = zeros({G.padded_numel}, o);
+      for (size_t k = 0; k < G.params.size(); ++k) {
+        const Tensor& p = params[G.params[k]];
+        flat.narrow(0, G.offsets[k], p.numel()).copy_(p.detach().reshape({p.numel()}));
       }
       if (size > 1) group->broadcast(flat, 0);
-      Tensor shard = empty({0}, TensorOptions(g.dtype));
-      if (stage < 3) {
-        shard.set_data(flat.narrow(0, g.shard_offset, g.shard_numel));
-        full.push_back(flat);
-      } else {
-        shard.set_data(flat.narrow(0, g.shard_offset, g.shard_numel).clone());
-        full.push_back(Tensor());
+      for (size_t k = 0; k < G.params.size(); ++k) {
+        const size_t i = G.params[k];
+        views[i] = flat.narrow(0, G.offsets[k], numel_of(i)).view(shapes[i]);
       }
+      Tensor shard = empty({0}, o);
+      if (stage < 3)
+        shard.set_data(flat.narrow(0, G.shard_offset, G.shard_numel));
+      else
+        shard.set_data(flat.narrow(0, G.shard_offset, G.shard_numel).clone());
       shard.requires_grad_(true);
+      full.push_back(flat);
       shards.push_back(shard);
     }
     if (stage < 3) {
-      point_params_at_full();
+      for (size_t i = 0; i < params.size(); ++i) params[i].set_data(views[i]);
     } else {
-      gathered = true;  // so that free() drops the original storage
-      free_params();
+      for (const auto& p : params) empties.push_back(empty({0}, TensorOptions(p.dtype()).device(p.device())));
+      for (size_t u = 0; u < units.size(); ++u) {
+        ustate[u].gathered = true;  // the parameters hold their original storage: free() lets it go
+        free_unit(u);
+      }
     }
     opt = factory(shards);
     if (!opt) throw std::invalid_argument(who + " the optimizer factory returned null");
@@ -125,9 +264,123 @@ struct ShardCore {
         throw std::invalid_argument(who + " the optimizer the factory made does not hold every shard tensor it "
                                           "was given (build it over the shard_params argument)");
     }
+    buckets.resize(groups.size());
+    ready.assign(params.size(), 0);
+    install_hooks();
+    peak = memory();
   }
 
-  // Every rank must wrap the same parameters: [count, per parameter: dtype, ndim, shape...].
+  // Units: [0] the root, then the submodules the policy picks (pre-order) that end up with parameters.
+  // A parameter goes to the innermost unit whose subtree holds every module that holds it.
+  void make_units(const nn::ModulePtr& module) {
+    struct Candidate {
+      std::string name;
+      nn::Module* module;
+      std::unordered_set<const nn::Module*> subtree;
+    };
+    std::vector<Candidate> cands;
+    auto all = module->named_modules();
+    if (stage == 3 && policy) {
+      for (const auto& [name, m] : all) {
+        if (name.empty() || !m || !policy(name, *m)) continue;
+        Candidate c{name, m.get(), {}};
+        for (const auto& sub : m->modules()) c.subtree.insert(sub.get());
+        cands.push_back(std::move(c));
+      }
+    }
+    std::unordered_map<const TensorImpl*, size_t> index_of;
+    for (size_t i = 0; i < params.size(); ++i) index_of[params[i].impl()] = i;
+    std::vector<std::vector<const nn::Module*>> owners(params.size());
+    for (const auto& [name, m] : all) {
+      if (!m) continue;
+      for (const auto& [pn, p] : m->named_parameters("", /*recurse=*/false)) {
+        auto it = index_of.find(p.impl());
+        if (it != index_of.end()) owners[it->second].push_back(m.get());
+      }
+    }
+    std::vector<int> cand_of(params.size(), -1);  // -1: the root
+    for (size_t i = 0; i < params.size(); ++i) {
+      size_t best = std::numeric_limits<size_t>::max();
+      for (size_t c = 0; c < cands.size(); ++c) {
+        const auto& sub = cands[c].subtree;
+        const bool holds_all = std::all_of(owners[i].begin(), owners[i].end(), [&](const nn::Module* m) { return sub.count(m) > 0; });
+        if (holds_all && !owners[i].empty() && sub.size() < best) {
+          best = sub.size();
+          cand_of[i] = static_cast<int>(c);
+        }
+      }
+    }
+    units.push_back(ShardUnit{"", {}, {}, 0});
+    ustate.emplace_back();
+    ustate.back().module = module.get();
+    std::vector<int> unit_of_cand(cands.size(), -1);
+    for (size_t c = 0; c < cands.size(); ++c) {
+      if (std::find(cand_of.begin(), cand_of.end(), static_cast<int>(c)) == cand_of.end()) continue;
+      unit_of_cand[c] = static_cast<int>(units.size());
+      units.push_back(ShardUnit{cands[c].name, {}, {}, 0});
+      ustate.emplace_back();
+      ustate.back().module = cands[c].module;
+    }
+    unit_of_param.assign(params.size(), 0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (cand_of[i] >= 0) unit_of_param[i] = static_cast<size_t>(unit_of_cand[static_cast<size_t>(cand_of[i])]);
+      units[unit_of_param[i]].params.push_back(i);
+    }
+  }
+
+  // DDP's bucket assignment per (unit, dtype, device): parameters in reverse registration order, a
+  // bucket closes once it holds at least its limit (the first bucket of each key first_bucket_mb, the
+  // others bucket_cap_mb). Each bucket is one flat buffer, its members in registration order.
+  void assign_buckets() {
+    const double mib = 1024.0 * 1024.0;
+    const int64_t first_bytes = static_cast<int64_t>(first_bucket_mb * mib);
+    const int64_t cap_bytes = static_cast<int64_t>(bucket_cap_mb * mib);
+    struct Open {
+      std::vector<size_t> vars;
+      int64_t bytes = 0;
+      bool first = true;
+    };
+    std::map<std::tuple<size_t, int, std::string>, Open> open;
+    std::vector<std::vector<size_t>> done;
+    for (size_t i = params.size(); i-- > 0;) {
+      const Tensor& p = params[i];
+      Open& b = open[{unit_of_param[i], static_cast<int>(p.dtype()), p.device().str()}];
+      b.vars.push_back(i);
+      b.bytes += p.numel() * static_cast<int64_t>(p.element_size());
+      if (b.bytes >= (b.first ? first_bytes : cap_bytes)) {
+        done.push_back(std::move(b.vars));
+        b.vars.clear();
+        b.bytes = 0;
+        b.first = false;
+      }
+    }
+    for (auto& [key, b] : open)
+      if (!b.vars.empty()) done.push_back(std::move(b.vars));
+    for (auto& vars : done) std::sort(vars.begin(), vars.end());
+    std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
+    group_of.assign(params.size(), 0);
+    slot_of.assign(params.size(), 0);
+    for (auto& vars : done) {
+      FlatShardInfo G;
+      G.dtype = params[vars[0]].dtype();
+      G.unit = unit_of_param[vars[0]];
+      for (size_t k = 0; k < vars.size(); ++k) {
+        group_of[vars[k]] = groups.size();
+        slot_of[vars[k]] = k;
+        G.params.push_back(vars[k]);
+        G.offsets.push_back(G.numel);
+        G.numel += params[vars[k]].numel();
+      }
+      groups.push_back(std::move(G));
+    }
+    // Reduction order: by the last member (the first whose gradient backward produces).
+    for (size_t g = 0; g < groups.size(); ++g) launch_order.push_back(g);
+    std::sort(launch_order.begin(), launch_order.end(),
+              [&](size_t a, size_t b) { return groups[a].params.back() > groups[b].params.back(); });
+  }
+
+  // Every rank must wrap the same parameters with the same layout: [count, per parameter: dtype, ndim,
+  // shape...; buffers, per buffer: unit, members, member indices...].
   void verify_across_ranks() {
     const int n = group->size();
     if (n == 1) return;
@@ -136,6 +389,12 @@ struct ShardCore {
       mine.push_back(static_cast<int64_t>(params[i].dtype()));
       mine.push_back(static_cast<int64_t>(shapes[i].size()));
       for (int64_t d : shapes[i]) mine.push_back(d);
+    }
+    mine.push_back(static_cast<int64_t>(groups.size()));
+    for (const auto& G : groups) {
+      mine.push_back(static_cast<int64_t>(G.unit));
+      mine.push_back(static_cast<int64_t>(G.params.size()));
+      for (size_t i : G.params) mine.push_back(static_cast<int64_t>(i));
     }
     Tensor len = tensor(std::vector<int64_t>{static_cast<int64_t>(mine.size())});
     Tensor lens = empty({n}, TensorOptions(kInt64));
@@ -163,6 +422,15 @@ struct ShardCore {
         items.push_back(label + " of shape " + shape_str(sh) + " and dtype " +
                         (dt >= 0 && dt < 64 ? dtype_name(static_cast<ScalarType>(dt)) : "?"));
       }
+      const int64_t nb = next();
+      items.push_back(std::to_string(nb) + " flat buffers (units and buckets)");
+      for (int64_t b = 0; b < nb && pos < end; ++b) {
+        const int64_t unit = next(), cnt = next();
+        std::vector<int64_t> members;
+        for (int64_t k = 0; k < cnt; ++k) members.push_back(next());
+        items.push_back("flat buffer " + std::to_string(b) + " of unit " + std::to_string(unit) + " with parameters " +
+                        shape_str(members));
+      }
       return items;
     };
     const auto ref = describe(0);
@@ -173,21 +441,30 @@ struct ShardCore {
         if (a == b) continue;
         throw std::runtime_error(who + " the model on rank " + std::to_string(r) +
                                  " differs from rank 0's (every rank must wrap the same parameters, in the same "
-                                 "order): rank 0 has " + a + ", rank " + std::to_string(r) + " has " + b);
+                                 "order, with the same units and bucket options): rank 0 has " + a + ", rank " +
+                                 std::to_string(r) + " has " + b);
       }
     }
   }
 
-  // ---- parameters
-
-  // Every parameter becomes its view of the gathered flat buffer.
-  void point_params_at_full() {
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const FlatShardInfo& G = groups[g];
-      for (size_t k = 0; k < G.params.size(); ++k) {
-        const size_t i = G.params[k];
-        params[i].set_data(full[g].narrow(0, G.offsets[k], numel_of(i)).view(shapes[i]));
-      }
+  void install_hooks() {
+    std::weak_ptr<ShardCore> weak = weak_from_this();
+    acc_hooks.assign(params.size(), -1);
+    if (stage >= 2) {
+      for (size_t i = 0; i < params.size(); ++i)
+        acc_hooks[i] = params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {
+          if (auto self = weak.lock()) self->on_grad_ready(i);
+        });
+    }
+    if (stage < 3) return;
+    for (size_t u = 1; u < units.size(); ++u) {
+      nn::Module* m = ustate[u].module;
+      module_hooks.push_back(m->register_forward_pre_hook([weak, u](nn::Module&, const nn::Args&) {
+        if (auto self = weak.lock()) self->pre_forward(u);
+      }));
+      module_hooks.push_back(m->register_forward_hook([weak, u](nn::Module&, const nn::Args&, const nn::Value& out) {
+        if (auto self = weak.lock()) self->post_forward(u, out);
+      }));
     }
   }
 
@@ -197,59 +474,258 @@ struct ShardCore {
     return n;
   }
 
-  // Stage 3: all_gather every shard into a new flat buffer; the parameters view it.
-  void gather() {
-    if (gathered) return;
+  // ---- stage 3: units
+
+  // Starts the all_gather of unit u's buffers into their storage (given back in place).
+  void start_gather(size_t u) {
+    UnitState& s = ustate[u];
+    if (s.gathered || !s.gathering.empty()) return;
     NoGradGuard no_grad;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      full[g] = empty({groups[g].padded_numel}, TensorOptions(groups[g].dtype));
-      group->all_gather_into_tensor(full[g], shards[g].detach());
+    s.versions.clear();
+    for (size_t g : units[u].flat_shards) {
+      s.versions.push_back(full[g]._version());
+      allocate_storage(full[g], static_cast<size_t>(groups[g].padded_numel) * element_size(groups[g].dtype));
+      s.gathering.push_back(group->all_gather_into_tensor_async(full[g], shards[g].detach()));
     }
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const FlatShardInfo& G = groups[g];
-      for (size_t k = 0; k < G.params.size(); ++k) {
-        const size_t i = G.params[k];
-        params[i].set_data(full[g].narrow(0, G.offsets[k], numel_of(i)).view(shapes[i]));
-      }
-    }
-    gathered = true;
+    note_peak_params();
   }
 
-  // Stage 3: the parameters and their gradients become empty; the gathered buffers go.
-  void free_params() {
-    if (!gathered) return;
-    for (size_t i = 0; i < params.size(); ++i) {
-      params[i].set_grad(Tensor());
-      params[i].set_data(empty({0}, TensorOptions(params[i].dtype())));
-    }
-    for (auto& f : full) f = Tensor();
-    gathered = false;
+  // Unit u's parameters view its gathered buffers (waits for a prefetch in flight).
+  void gather_unit(size_t u) {
+    UnitState& s = ustate[u];
+    if (s.gathered || units[u].flat_shards.empty()) return;
+    start_gather(u);
+    auto works = std::move(s.gathering);
+    s.gathering.clear();
+    for (auto& w : works) w->wait();
+    // The gather is no modification autograd must see: the views saved in forward stay valid.
+    for (size_t k = 0; k < units[u].flat_shards.size(); ++k)
+      full[units[u].flat_shards[k]].impl()->storage->version = s.versions[k];
+    for (size_t i : units[u].params) params[i].set_data(views[i]);
+    s.gathered = true;
   }
 
-  // Stages 1-2: the updated shards back into every rank's flat buffer.
+  // Unit u's parameters point at empty tensors; its buffers' storage is released.
+  void free_unit(size_t u) {
+    UnitState& s = ustate[u];
+    if (!s.gathering.empty()) {
+      auto works = std::move(s.gathering);
+      s.gathering.clear();
+      for (auto& w : works) w->wait();
+    }
+    if (stage < 3) return;
+    for (size_t i : units[u].params) params[i].set_data(empties[i]);
+    for (size_t g : units[u].flat_shards) release_storage(full[g]);
+    s.gathered = false;
+  }
+
+  void gather_all() {
+    for (size_t u = 0; u < units.size(); ++u) start_gather(u);
+    for (size_t u = 0; u < units.size(); ++u) gather_unit(u);
+  }
+  void free_all() {
+    for (size_t u = 0; u < units.size(); ++u) free_unit(u);
+  }
+  bool all_gathered() const {
+    for (size_t u = 0; u < units.size(); ++u)
+      if (!units[u].flat_shards.empty() && !ustate[u].gathered) return false;
+    return true;
+  }
+
+  void root_pre_forward() {
+    forward_order.clear();
+    gather_unit(0);
+  }
+  void root_post_forward(const nn::Value& out) {
+    if (autograd::GradMode::is_enabled()) hook_outputs(0, out);
+  }
+  void pre_forward(size_t u) {
+    if (std::find(forward_order.begin(), forward_order.end(), u) == forward_order.end()) forward_order.push_back(u);
+    gather_unit(u);
+  }
+  void post_forward(size_t u, const nn::Value& out) {
+    if (autograd::GradMode::is_enabled()) hook_outputs(u, out);
+    if (reshard_after_forward) free_unit(u);
+  }
+
+  // FSDP's pre-backward hook: a hook on the gradient of each output of unit u's forward.
+  void hook_outputs(size_t u, const nn::Value& out) {
+    std::weak_ptr<ShardCore> weak = weak_from_this();
+    for (const auto& t : out.tensors()) {
+      if (!t.defined() || !t.requires_grad() || !t.grad_fn()) continue;
+      t.register_hook([weak, u](const Tensor&) {
+        if (auto self = weak.lock()) self->pre_backward(u);
+        return Tensor();
+      });
+    }
+  }
+
+  // Backward reached unit u: gather it; start gathering the unit backward reaches next (the unit whose
+  // forward started before u's), so that its all_gather is queued before u's reduce-scatters.
+  void pre_backward(size_t u) {
+    gather_unit(u);
+    if (!prefetch) return;
+    std::vector<size_t> order{0};
+    order.insert(order.end(), forward_order.rbegin(), forward_order.rend());
+    auto it = std::find(order.begin(), order.end(), u);
+    if (it == order.end()) return;
+    for (++it; it != order.end(); ++it) {
+      if (units[*it].flat_shards.empty()) continue;
+      start_gather(*it);
+      break;
+    }
+  }
+
+  // ---- gradients (stages 2-3): buckets reduce-scattered from the post-accumulate-grad hooks
+
+  void start_round() {
+    round_active = true;
+    next_launch = 0;
+    ready.assign(params.size(), 0);
+    for (size_t g = 0; g < groups.size(); ++g) buckets[g].pending = groups[g].params.size();
+    for (size_t u = 0; u < units.size(); ++u) ustate[u].pending = units[u].params.size();
+  }
+
+  // The post-accumulate-grad hook of parameter i.
+  void on_grad_ready(size_t i) {
+    if (!round_active) {
+      start_round();
+    } else if (ready[i]) {
+      // A second gradient before the round ended: the last backward did not reach every parameter (or
+      // gradients accumulate over backward calls without overlap): finish that round with zeros.
+      launch_remaining();
+      start_round();
+    }
+    mark_ready(i);
+    if (overlap) launch_ready();
+    poll();
+    if (next_launch == launch_order.size()) round_active = false;
+  }
+
+  Tensor& bucket_flat(size_t g) {
+    Bucket& b = buckets[g];
+    if (!b.flat.defined())
+      b.flat = zeros({groups[g].padded_numel}, TensorOptions(groups[g].dtype).device(full[g].device()));
+    return b.flat;
+  }
+
+  // Moves parameter i's .grad (or zeros) into its bucket and frees it.
+  void take_grad(size_t i) {
+    NoGradGuard no_grad;
+    const size_t g = group_of[i];
+    Tensor& flat = bucket_flat(g);
+    const Tensor& grad = params[i].grad();
+    const int64_t n = numel_of(i);
+    if (grad.defined()) {
+      if (grad.numel() != n)
+        throw std::runtime_error(who + " the gradient of parameter " + names[i] + " has " +
+                                 std::to_string(grad.numel()) + " elements; the parameter has " + std::to_string(n));
+      flat.narrow(0, groups[g].offsets[slot_of[i]], n).copy_(grad.reshape({n}));
+    }
+    note_peak_grads(bytes_of(grad));
+    params[i].set_grad(Tensor());
+  }
+
+  void mark_ready(size_t i) {
+    ready[i] = 1;
+    take_grad(i);
+    --buckets[group_of[i]].pending;
+    if (stage == 3) {
+      const size_t u = unit_of_param[i];
+      if (--ustate[u].pending == 0) free_unit(u);  // the unit's backward is done
+    }
+  }
+
+  // Starts bucket g's reduce-scatter (AVG); members without a gradient this round add their .grad, if
+  // any (set outside a hooked backward), else zeros.
+  void launch(size_t g) {
+    for (size_t i : groups[g].params)
+      if (!ready[i]) take_grad(i);
+    auto f = std::make_unique<InFlight>();
+    f->g = g;
+    f->flat = std::move(bucket_flat(g));
+    buckets[g].flat = Tensor();
+    if (group->size() > 1) {
+      f->out = empty({groups[g].shard_numel}, TensorOptions(groups[g].dtype).device(f->flat.device()));
+      f->work = group->reduce_scatter_tensor_async(f->out, f->flat, ReduceOp::AVG);
+    } else {
+      f->out = f->flat;
+    }
+    in_flight.push_back(std::move(f));
+    note_peak_grads(0);
+  }
+
+  // Launches, in reduction order, every bucket whose members are all in.
+  void launch_ready() {
+    while (next_launch < launch_order.size() && buckets[launch_order[next_launch]].pending == 0)
+      launch(launch_order[next_launch++]);
+  }
+  void launch_remaining() {
+    while (next_launch < launch_order.size()) launch(launch_order[next_launch++]);
+    round_active = false;
+  }
+
+  // A finished reduce-scatter: its result joins the shard's gradient; its full gradient goes.
+  void complete(InFlight& f) {
+    if (f.work) f.work->wait();
+    Tensor& shard = shards[f.g];
+    if (!shard.grad().defined()) {
+      shard.set_grad(f.out);
+    } else {
+      NoGradGuard no_grad;
+      shard.mutable_grad().add_(f.out);
+    }
+  }
+  void poll() {
+    while (!in_flight.empty() && (!in_flight.front()->work || in_flight.front()->work->is_completed())) {
+      auto f = std::move(in_flight.front());
+      in_flight.pop_front();
+      complete(*f);
+    }
+  }
+  void wait_all() {
+    while (!in_flight.empty()) {
+      auto f = std::move(in_flight.front());
+      in_flight.pop_front();
+      complete(*f);
+    }
+  }
+  void finish_reduction() {
+    if (round_active) launch_remaining();
+    wait_all();
+  }
+  // Waits for the reductions in flight and drops them with the round's partial buckets.
+  void drop_reduction() {
+    while (!in_flight.empty()) {
+      auto f = std::move(in_flight.front());
+      in_flight.pop_front();
+      if (f->work) f->work->wait();
+    }
+    round_active = false;
+    for (auto& b : buckets) b.flat = Tensor();
+  }
+
+  // ---- stages 1-2: the full flat buffers
+
+  // The updated shards back into every rank's flat buffer.
   void all_gather_full() {
+    if (group->size() == 1) return;  // the shard is the whole buffer
     NoGradGuard no_grad;
+    std::vector<Tensor> mine;
+    std::vector<WorkPtr> works;
     for (size_t g = 0; g < groups.size(); ++g) {
-      if (group->size() == 1) continue;  // the shard is the whole buffer
-      Tensor mine = shards[g].detach().clone();
-      group->all_gather_into_tensor(full[g], mine);
+      mine.push_back(shards[g].detach().clone());
+      works.push_back(group->all_gather_into_tensor_async(full[g], mine.back()));
     }
+    for (auto& w : works) w->wait();
   }
 
-  // ---- gradients and step
-
-  void zero_grad() {
-    for (auto& p : params) p.set_grad(Tensor());
-    for (auto& s : shards) s.set_grad(Tensor());
-  }
-
-  // The gradients averaged over the ranks: stage 1 into .grad (full) and the shard's; 2-3: the shard's
-  // only (every .grad freed).
-  void reduce_gradients() {
+  // Stage 1: the gradients all-reduced (AVG) into .grad (full) and the shard's.
+  void all_reduce_gradients() {
     NoGradGuard no_grad;
     for (size_t g = 0; g < groups.size(); ++g) {
       const FlatShardInfo& G = groups[g];
-      Tensor flat = zeros({G.padded_numel}, TensorOptions(G.dtype));
+      Tensor flat = zeros({G.padded_numel}, TensorOptions(G.dtype).device(full[g].device()));
       for (size_t k = 0; k < G.params.size(); ++k) {
         const Tensor& grad = params[G.params[k]].grad();
         if (!grad.defined()) continue;
@@ -260,58 +736,81 @@ struct ShardCore {
         }
         flat.narrow(0, G.offsets[k], n).copy_(grad.reshape({n}));
       }
-      if (stage == 1) {
-        if (group->size() > 1) group->all_reduce(flat, ReduceOp::AVG);
-        for (size_t k = 0; k < G.params.size(); ++k) {
-          const size_t i = G.params[k];
-          Tensor avg = flat.narrow(0, G.offsets[k], numel_of(i)).view(shapes[i]);
-          if (params[i].grad().defined())
-            params[i].mutable_grad().copy_(avg);
-          else
-            params[i].set_grad(avg.clone());
-        }
-        shards[g].set_grad(flat.narrow(0, G.shard_offset, G.shard_numel).clone());
-      } else {
-        Tensor mine = empty({G.shard_numel}, TensorOptions(G.dtype));
-        if (group->size() > 1)
-          group->reduce_scatter_tensor(mine, flat, ReduceOp::AVG);
+      if (group->size() > 1) group->all_reduce(flat, ReduceOp::AVG);
+      for (size_t k = 0; k < G.params.size(); ++k) {
+        const size_t i = G.params[k];
+        Tensor avg = flat.narrow(0, G.offsets[k], numel_of(i)).view(shapes[i]);
+        if (params[i].grad().defined())
+          params[i].mutable_grad().copy_(avg);
         else
-          mine.copy_(flat);
-        shards[g].set_grad(mine);
-        for (size_t i : G.params) params[i].set_grad(Tensor());
+          params[i].set_grad(avg.clone());
       }
+      shards[g].set_grad(flat.narrow(0, G.shard_offset, G.shard_numel).clone());
     }
   }
 
+  // ---- zero_grad and step
+
+  void zero_grad() {
+    drop_reduction();
+    for (auto& p : params) p.set_grad(Tensor());
+    for (auto& s : shards) s.set_grad(Tensor());
+  }
+
   void step() {
-    if (stage < 3) {
-      reduce_gradients();
+    note_peak(memory());
+    if (stage == 1) {
+      all_reduce_gradients();
       opt->step();
-      if (stage == 1)
-        for (auto& s : shards) s.set_grad(Tensor());  // the full .grad stays; the shard's copy goes
+      for (auto& s : shards) s.set_grad(Tensor());  // the full .grad stays; the shard's copy goes
+      all_gather_full();
+    } else if (stage == 2) {
+      finish_reduction();
+      NoGradGuard no_grad;
+      for (auto& s : shards)
+        if (!s.grad().defined()) s.set_grad(zeros_like(s.detach()));  // no backward since the last step
+      opt->step();
       all_gather_full();
     } else {
-      if (gathered) {
-        reduce_gradients();
-        free_params();
-      }
+      finish_reduction();
+      free_all();
+      for (auto& p : params) p.set_grad(Tensor());
       opt->step();
     }
+    note_peak(memory());
   }
 
   // ---- memory
 
+  int64_t shard_bytes() const {
+    int64_t b = 0;
+    for (const auto& s : shards) b += bytes_of(s);
+    return b;
+  }
+  int64_t param_bytes() const {
+    int64_t b = 0;
+    if (stage < 3) {
+      for (const auto& f : full) b += bytes_of(f);
+    } else {
+      b = shard_bytes();
+      for (const auto& f : full) b += storage_bytes(f);
+    }
+    return b;
+  }
+  // Gradients held besides the parameters' .grad: the shards', the buckets', those in flight.
+  int64_t reduction_grad_bytes() const {
+    int64_t b = 0;
+    for (const auto& s : shards) b += bytes_of(s.grad());
+    for (const auto& k : buckets) b += bytes_of(k.flat);
+    for (const auto& f : in_flight) b += bytes_of(f->flat) + (f->out.is_same(f->flat) ? 0 : bytes_of(f->out));
+    return b;
+  }
+
   ShardMemory memory() const {
     ShardMemory m;
-    if (stage < 3) {
-      for (const auto& f : full) m.params += bytes_of(f);
-    } else {
-      for (const auto& s : shards) m.params += bytes_of(s);
-      if (gathered)
-        for (const auto& f : full) m.params += bytes_of(f);
-    }
+    m.params = param_bytes();
     for (const auto& p : params) m.grads += bytes_of(p.grad());
-    for (const auto& s : shards) m.grads += bytes_of(s.grad());
+    m.grads += reduction_grad_bytes();
     for (const auto& [impl, st] : opt->state()) {
       if (!st) continue;
       nn::StateDict d;
@@ -321,15 +820,23 @@ struct ShardCore {
     return m;
   }
 
+  void note_peak_params() { peak.params = std::max(peak.params, param_bytes()); }
+  void note_peak_grads(int64_t extra) { peak.grads = std::max(peak.grads, reduction_grad_bytes() + extra); }
+  void note_peak(const ShardMemory& m) {
+    peak.params = std::max(peak.params, m.params);
+    peak.grads = std::max(peak.grads, m.grads);
+    peak.optimizer_state = std::max(peak.optimizer_state, m.optimizer_state);
+  }
+
   // ---- sharded state dict
 
   struct Entry {
     ShardedTensor t;
-    int g = -1;   // dtype group (sharded entries)
-    int k = -1;   // member of the group
+    int g = -1;   // flat buffer (sharded entries)
+    int k = -1;   // member of the buffer
   };
 
-  // Inner optimizer parameter index -> dtype group.
+  // Inner optimizer parameter index -> flat buffer.
   int group_of_opt_index(size_t idx) const {
     auto ps = opt->parameters();
     if (idx >= ps.size()) return -1;
@@ -342,24 +849,26 @@ struct ShardCore {
     NoGradGuard no_grad;
     std::vector<Entry> out;
     const int rank = group->rank();
-    auto add_pieces = [&](const std::string& prefix, const std::string& suffix, size_t g, const Tensor& flat_shard) {
+    // Parameter i's piece of a flat shard-sized tensor of its buffer.
+    auto add_piece = [&](const std::string& prefix, const std::string& suffix, size_t i, const Tensor& flat_shard) {
+      const size_t g = group_of[i], k = slot_of[i];
       const FlatShardInfo& G = groups[g];
-      for (size_t k = 0; k < G.params.size(); ++k) {
-        const size_t i = G.params[k];
-        auto [off, len] = piece_of(G, numel_of(i), k, rank);
-        Entry e;
-        e.t.name = prefix + names[i] + suffix;
-        e.t.full_shape = shapes[i];
-        e.t.offset = off;
-        e.t.length = len;
-        const int64_t at = len > 0 ? G.offsets[k] + off - G.shard_offset : 0;
-        e.t.shard = flat_shard.narrow(0, at, len).clone();
-        e.g = static_cast<int>(g);
-        e.k = static_cast<int>(k);
-        out.push_back(std::move(e));
-      }
+      auto [off, len] = piece_of(G, numel_of(i), k, rank);
+      Entry e;
+      e.t.name = prefix + names[i] + suffix;
+      e.t.full_shape = shapes[i];
+      e.t.offset = off;
+      e.t.length = len;
+      const int64_t at = len > 0 ? G.offsets[k] + off - G.shard_offset : 0;
+      e.t.shard = flat_shard.narrow(0, at, len).clone();
+      e.g = static_cast<int>(g);
+      e.k = static_cast<int>(k);
+      out.push_back(std::move(e));
     };
-    for (size_t g = 0; g < groups.size(); ++g) add_pieces("model.", "", g, shards[g].detach());
+    auto add_pieces = [&](const std::string& prefix, const std::string& suffix, size_t g, const Tensor& flat_shard) {
+      for (size_t i : groups[g].params) add_piece(prefix, suffix, i, flat_shard);
+    };
+    for (size_t i = 0; i < params.size(); ++i) add_piece("model.", "", i, shards[group_of[i]].detach());
     const nn::StateDict sd = opt->state_dict();
     for (const auto& [key, t] : sd) {
       // "state.<idx>.<name>": sharded when it is a 1-d tensor of the shard's size.
@@ -510,6 +1019,7 @@ struct ShardCore {
     };
 
     NoGradGuard no_grad;
+    drop_reduction();
     // Every model entry must exist, with this model's shapes; no extra ones.
     for (size_t i = 0; i < params.size(); ++i) entry_of("model." + names[i], shapes[i]);
     for (const auto& [name, e] : idx) {
@@ -522,13 +1032,32 @@ struct ShardCore {
     std::vector<Tensor> new_shards;
     for (size_t g = 0; g < groups.size(); ++g) new_shards.push_back(load_flat(g, rank, "model.", "", idx, read_range));
 
-    // The optimizer: replicated entries from rank 0's file, sharded ones reassembled per dtype group.
+    // The optimizer: replicated entries from rank 0's file; the "params" lists from this optimizer, and
+    // the per-buffer scalars ("state.<g>.<key>") by index when the saved run had as many buffers, else
+    // from the first saved buffer that has them (the buffers step together).
     nn::StateDict osd;
+    const nn::StateDict current = opt->state_dict();
+    for (const auto& [key, t] : current)
+      if (key.rfind("param_groups.", 0) == 0 && key.size() > 7 && key.compare(key.size() - 7, 7, ".params") == 0)
+        osd.insert(key, t);
+    std::map<std::string, std::map<int64_t, Tensor>> scalars;  // key -> saved buffer index -> value
+    int64_t saved_buffers = 0;
     for (const auto& [name, e] : idx) {
       if (name.rfind("optim.", 0) != 0 || !e.replicated) continue;
       const Tensor* t = file(0).find(name);
       if (!t) throw std::runtime_error(fn + " shard file rank0.troupe in " + dir + " has no entry " + name);
-      osd.insert(name.substr(6), *t);
+      const std::string key = name.substr(6);
+      if (key.rfind("param_groups.", 0) == 0) {
+        if (key.size() > 7 && key.compare(key.size() - 7, 7, ".params") == 0)
+          saved_buffers += t->numel();
+        else
+          osd.insert(key, *t);
+      } else if (key.rfind("state.", 0) == 0 && key.find('.', 6) != std::string::npos) {
+        const size_t dot = key.find('.', 6);
+        scalars[key.substr(dot + 1)][std::stoll(key.substr(6, dot - 6))] = *t;
+      } else {
+        osd.insert(key, *t);  // the inner optimizer's own check names it
+      }
     }
     const auto ps = opt->parameters();
     for (size_t oi = 0; oi < ps.size(); ++oi) {
@@ -549,6 +1078,12 @@ struct ShardCore {
       for (const auto& key : keys)
         osd.insert("state." + std::to_string(oi) + "." + key,
                    load_flat(static_cast<size_t>(g), rank, "optim.", "." + key, idx, read_range));
+      for (const auto& [key, by_index] : scalars) {
+        auto it = saved_buffers == static_cast<int64_t>(ps.size()) ? by_index.find(static_cast<int64_t>(oi))
+                                                                  : by_index.end();
+        osd.insert("state." + std::to_string(oi) + "." + key,
+                   it != by_index.end() ? it->second : by_index.begin()->second);
+      }
     }
     opt->load_state_dict(osd);
 
@@ -556,7 +1091,7 @@ struct ShardCore {
     if (stage < 3) {
       all_gather_full();
     } else {
-      free_params();
+      free_all();
     }
   }
 
@@ -588,14 +1123,18 @@ struct ShardCore {
 
 // ------------------------------------------------------------------------------------------- ZeroOptimizer
 
-ZeroOptimizer::ZeroOptimizer(nn::ModulePtr module, OptimizerFactory factory, int stage, ProcessGroupPtr group)
-    : core_(std::make_unique<detail::ShardCore>()) {
+ZeroOptimizer::ZeroOptimizer(nn::ModulePtr module, OptimizerFactory factory, int stage, ProcessGroupPtr group,
+                             ZeroOptions options)
+    : options_(std::move(options)), core_(std::make_shared<detail::ShardCore>()) {
   if (stage != 1 && stage != 2)
     throw std::invalid_argument("[ZeroOptimizer] stage must be 1 or 2, got " + std::to_string(stage) +
                                 " (stage 3 is FullyShardedDataParallel)");
   core_->who = "[ZeroOptimizer]";
   core_->stage = stage;
   core_->group = std::move(group);
+  core_->first_bucket_mb = options_.first_bucket_mb();
+  core_->bucket_cap_mb = options_.bucket_cap_mb();
+  core_->overlap = options_.overlap_comm();
   core_->build(module, factory);
 }
 
@@ -605,10 +1144,13 @@ void ZeroOptimizer::zero_grad() { core_->zero_grad(); }
 void ZeroOptimizer::step() { core_->step(); }
 int ZeroOptimizer::stage() const { return core_->stage; }
 const ProcessGroupPtr& ZeroOptimizer::process_group() const { return core_->group; }
+const ZeroOptions& ZeroOptimizer::options() const { return options_; }
 optim::Optimizer& ZeroOptimizer::inner() { return *core_->opt; }
 std::vector<Tensor> ZeroOptimizer::shard_parameters() const { return core_->shards; }
 const std::vector<FlatShardInfo>& ZeroOptimizer::flat_shards() const { return core_->groups; }
 ShardMemory ZeroOptimizer::memory_per_rank() const { return core_->memory(); }
+ShardMemory ZeroOptimizer::max_memory_per_rank() const { return core_->peak; }
+void ZeroOptimizer::reset_peak_memory_stats() { core_->peak = core_->memory(); }
 
 std::vector<ShardedTensor> ZeroOptimizer::sharded_state_dict() const {
   std::vector<ShardedTensor> out;
@@ -621,11 +1163,17 @@ void ZeroOptimizer::load_sharded(const std::string& dir) { core_->load(dir); }
 // ------------------------------------------------------------------------------ FullyShardedDataParallel
 
 FullyShardedDataParallel::FullyShardedDataParallel(nn::ModulePtr module, OptimizerFactory factory,
-                                                   ProcessGroupPtr group)
-    : module_(std::move(module)), core_(std::make_unique<detail::ShardCore>()) {
+                                                   ProcessGroupPtr group, FSDPOptions options)
+    : module_(std::move(module)), options_(std::move(options)), core_(std::make_shared<detail::ShardCore>()) {
   core_->who = "[FullyShardedDataParallel]";
   core_->stage = 3;
   core_->group = std::move(group);
+  core_->first_bucket_mb = options_.first_bucket_mb();
+  core_->bucket_cap_mb = options_.bucket_cap_mb();
+  core_->overlap = options_.overlap_comm();
+  core_->reshard_after_forward = options_.reshard_after_forward();
+  core_->prefetch = options_.backward_prefetch();
+  core_->policy = options_.auto_wrap_policy();
   core_->build(module_, factory);
   register_module("module", module_);
 }
@@ -637,20 +1185,31 @@ Tensor FullyShardedDataParallel::forward(const Tensor& input) {
 }
 
 nn::Value FullyShardedDataParallel::forward_args(const nn::Args& args, const nn::Kwargs& kwargs) {
-  core_->gather();
-  return module_->call(args, kwargs);
+  core_->root_pre_forward();
+  nn::Value out = module_->call(args, kwargs);
+  core_->root_post_forward(out);
+  return out;
 }
 
 void FullyShardedDataParallel::zero_grad() { core_->zero_grad(); }
 void FullyShardedDataParallel::step() { core_->step(); }
-void FullyShardedDataParallel::gather_parameters() { core_->gather(); }
-void FullyShardedDataParallel::free_parameters() { core_->free_params(); }
-bool FullyShardedDataParallel::parameters_gathered() const { return core_->gathered; }
+void FullyShardedDataParallel::gather_parameters() { core_->gather_all(); }
+void FullyShardedDataParallel::free_parameters() { core_->free_all(); }
+bool FullyShardedDataParallel::parameters_gathered() const { return core_->all_gathered(); }
+bool FullyShardedDataParallel::unit_gathered(size_t unit) const {
+  if (unit >= core_->units.size())
+    throw std::out_of_range("[FullyShardedDataParallel] unit_gathered(" + std::to_string(unit) + "): there are " +
+                            std::to_string(core_->units.size()) + " units");
+  return core_->ustate[unit].gathered;
+}
 const ProcessGroupPtr& FullyShardedDataParallel::process_group() const { return core_->group; }
+const std::vector<ShardUnit>& FullyShardedDataParallel::units() const { return core_->units; }
 optim::Optimizer& FullyShardedDataParallel::inner() { return *core_->opt; }
 std::vector<Tensor> FullyShardedDataParallel::shard_parameters() const { return core_->shards; }
 const std::vector<FlatShardInfo>& FullyShardedDataParallel::flat_shards() const { return core_->groups; }
 ShardMemory FullyShardedDataParallel::memory_per_rank() const { return core_->memory(); }
+ShardMemory FullyShardedDataParallel::max_memory_per_rank() const { return core_->peak; }
+void FullyShardedDataParallel::reset_peak_memory_stats() { core_->peak = core_->memory(); }
 
 std::vector<ShardedTensor> FullyShardedDataParallel::sharded_state_dict() const {
   std::vector<ShardedTensor> out;

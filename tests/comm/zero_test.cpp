@@ -1,8 +1,11 @@
 // ZeRO stages 1-3 (comm/zero.h) on the `local` backend (1-4 ranks as threads): training equals one
 // process on the concatenated batch (SGD with momentum, Adam; float32 and mixed float32/float64 models;
-// parameter counts not divisible by the world size), the flat layout, bytes per rank in closed form,
-// the sharded checkpoint (saved at 2 ranks, loaded at 4, 3 and 1, across stages, continuing to the
-// uninterrupted run's result), and the errors.
+// parameter counts not divisible by the world size) and DDP (stages 2 and 3 with bucket reduce-scatters
+// started from the gradient hooks, FSDP units freed after forward or kept, with and without prefetch,
+// two backward calls per step, unused parameters), the collectives issued during backward, the flat
+// layout and the units, bytes per rank and the forward/backward peaks in closed form, the sharded
+// checkpoint (saved at 2 ranks, loaded at 4, 3 and 1, across stages and unit layouts, continuing to the
+// uninterrupted run's result), and the errors. ZeroMpi* run the same under mpirun.
 #include <troupe/comm/comm.h>
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/autograd.h>
@@ -124,26 +127,24 @@ struct Trainer {
   std::unique_ptr<ZeroOptimizer> zero;
   std::shared_ptr<FullyShardedDataParallel> fsdp;
 
-  Trainer(const ProcessGroupPtr& pg, int stage, Opt o, nn::ModulePtr m) : model(std::move(m)) {
+  Trainer(const ProcessGroupPtr& pg, int stage, Opt o, nn::ModulePtr m, ZeroOptions zo = {}, FSDPOptions fo = {})
+      : model(std::move(m)) {
     if (stage == 3)
-      fsdp = std::make_shared<FullyShardedDataParallel>(model, factory(o), pg);
+      fsdp = std::make_shared<FullyShardedDataParallel>(model, factory(o), pg, fo);
     else
-      zero = std::make_unique<ZeroOptimizer>(model, factory(o), stage, pg);
+      zero = std::make_unique<ZeroOptimizer>(model, factory(o), stage, pg, zo);
   }
-  void train(const ProcessGroupPtr& pg, int from, int to) {
+  // Steps [from, to); with micro > 1, each step accumulates micro backward calls (batches s * micro + k).
+  void train(const ProcessGroupPtr& pg, int from, int to, int micro = 1) {
     const int64_t rows = kGlobalRows / pg->size(), r0 = pg->rank() * rows;
     for (int s = from; s < to; ++s) {
-      Tensor out = fsdp ? (*fsdp)(batch_x(s, r0, rows)) : (*model)(batch_x(s, r0, rows));
-      Tensor loss = mse(out, batch_y(s, r0, rows));
-      if (fsdp) {
-        fsdp->zero_grad();
-        loss.backward();
-        fsdp->step();
-      } else {
-        zero->zero_grad();
-        loss.backward();
-        zero->step();
+      fsdp ? fsdp->zero_grad() : zero->zero_grad();
+      for (int k = 0; k < micro; ++k) {
+        const int b = micro == 1 ? s : s * micro + k;
+        Tensor out = fsdp ? (*fsdp)(batch_x(b, r0, rows)) : (*model)(batch_x(b, r0, rows));
+        mse(out, batch_y(b, r0, rows)).backward();
       }
+      fsdp ? fsdp->step() : zero->step();
     }
   }
   Values params() {
@@ -276,13 +277,16 @@ TEST(ZeroTraining, Stage1KeepsTheAveragedFullGradientsStage2And3FreeThem) {
       zero.step();
       if (stage == 1) {
         EXPECT_TRUE(lin->bias.grad().defined());
-        if (lin->bias.grad().defined())
+        if (lin->bias.grad().defined()) {
           for (float g : lin->bias.grad().to_vector<float>()) EXPECT_NEAR(g, 1.5, 1e-6);
+        }
       } else {
         EXPECT_FALSE(lin->bias.grad().defined()) << "stage 2 keeps only the shard's gradient";
         const Tensor& sg = zero.shard_parameters()[0].grad();
         EXPECT_TRUE(sg.defined());
-        if (sg.defined()) EXPECT_EQ(sg.numel(), 4);  // 8 elements over 2 ranks
+        if (sg.defined()) {
+          EXPECT_EQ(sg.numel(), 4);  // 8 elements over 2 ranks
+        }
       }
     }
     return 0;
@@ -312,8 +316,9 @@ TEST(ZeroLayout, FlatBuffersArePaddedAndEachRankOwnsOneSlice) {
         EXPECT_EQ(static_cast<const char*>(ps[k].data_ptr()), base + g[0].offsets[k] * 4) << "parameter " << k;
       Tensor shard = zero.shard_parameters()[0];
       EXPECT_EQ(shard.numel(), padded / n);
-      if (shard.numel() > 0)
+      if (shard.numel() > 0) {
         EXPECT_EQ(static_cast<const char*>(shard.data_ptr()), base + g[0].shard_offset * 4);
+      }
       EXPECT_EQ(zero.inner().parameters().size(), 1u);
       return 0;
     });
@@ -478,7 +483,8 @@ TEST(ZeroCheckpoint, WithoutTheOptimizerStateTheResumedRunDiffers) {
   auto got = on_local_ranks<Values>(2, [&](ProcessGroupPtr pg) {
     Trainer t(pg, 2, Opt::Adam, make_mlp(555));
     t.load(dir.str());
-    // A fresh optimizer over the same shards: parameters loaded, state not.
+    // A fresh optimizer over the same parameters: loaded, state not (one wrapper at a time).
+    t.zero.reset();
     ZeroOptimizer fresh(t.model, factory(Opt::Adam), 2, pg);
     const int64_t rows = kGlobalRows / pg->size(), r0 = pg->rank() * rows;
     for (int s = kSteps / 2; s < kSteps; ++s) {
@@ -555,6 +561,456 @@ TEST(ZeroErrors, BadArgumentsAndDifferentModels) {
   }
 }
 
+// ------------------------------------------------------------------------- overlap, units, accumulation
+
+namespace {
+
+// Three layers (35, 24 and 15 parameters): with children_wrap_policy, units "0", "2", "4"; the root
+// unit holds nothing.
+nn::ModulePtr make_deep(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(init_mutex());
+  manual_seed(seed);
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, 5), std::make_shared<nn::Tanh>(),
+                                          std::make_shared<nn::Linear>(5, 4), std::make_shared<nn::Tanh>(),
+                                          std::make_shared<nn::Linear>(4, kOut));
+}
+constexpr int64_t kDeepUnits[] = {kIn * 5 + 5, 5 * 4 + 4, 4 * kOut + kOut};
+
+// One bucket (flat buffer) per parameter, so that buckets start one by one during backward.
+constexpr double kTiny = 1e-6;
+ZeroOptions per_param_buckets() { return ZeroOptions().bucket_cap_mb(kTiny).first_bucket_mb(kTiny); }
+FSDPOptions units_options(bool reshard, bool per_param = true) {
+  FSDPOptions o = FSDPOptions().auto_wrap_policy(children_wrap_policy()).reshard_after_forward(reshard);
+  if (per_param) o.bucket_cap_mb(kTiny).first_bucket_mb(kTiny);
+  return o;
+}
+
+// DistributedDataParallel on the same ranks, rows and accumulation as Trainer::train.
+Values ddp_values(const ProcessGroupPtr& pg, Opt o, nn::ModulePtr model, int steps, int micro = 1) {
+  auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
+  auto opt = make_opt(o, ddp->parameters());
+  const int64_t rows = kGlobalRows / pg->size(), r0 = pg->rank() * rows;
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    for (int k = 0; k < micro; ++k) {
+      const int b = micro == 1 ? s : s * micro + k;
+      mse((*ddp)(batch_x(b, r0, rows)), batch_y(b, r0, rows)).backward();
+    }
+    opt->step();
+  }
+  return values(*model);
+}
+
+// The sharded configurations the overlap tests run.
+struct Config {
+  std::string name;
+  int stage;
+  ZeroOptions zo;
+  FSDPOptions fo;
+};
+std::vector<Config> overlap_configs() {
+  return {
+      {"stage 2, one bucket per parameter", 2, per_param_buckets(), {}},
+      {"stage 2, default buckets", 2, {}, {}},
+      {"stage 2, reduce-scatter in step()", 2, per_param_buckets().overlap_comm(false), {}},
+      {"stage 3, one unit, one bucket per parameter", 3, {}, FSDPOptions().bucket_cap_mb(kTiny).first_bucket_mb(kTiny)},
+      {"stage 3, units, reshard_after_forward", 3, {}, units_options(true)},
+      {"stage 3, units, reshard_after_forward, backward_prefetch", 3, {}, units_options(true).backward_prefetch(true)},
+      {"stage 3, units, keep after forward", 3, {}, units_options(false)},
+      {"stage 3, units, default buckets", 3, {}, units_options(true, false)},
+      {"stage 3, units, reduce-scatter in step()", 3, {}, units_options(true).overlap_comm(false)},
+  };
+}
+
+}  // namespace
+
+TEST(ZeroOverlap, Stages2And3MatchDdpAfterTenSteps) {
+  for (Opt o : {Opt::SGD, Opt::Adam}) {
+    for (int n : {2, 3, 4}) {
+      const auto want = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+        return ddp_values(pg, o, make_deep(100 + pg->rank()), kSteps);
+      });
+      for (const auto& c : overlap_configs()) {
+        auto got = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+          Trainer t(pg, c.stage, o, make_deep(100 + pg->rank()), c.zo, c.fo);
+          t.train(pg, 0, kSteps);
+          return t.params();
+        });
+        for (int r = 0; r < n; ++r)
+          EXPECT_LE(max_diff(got[r], want[r]), 1e-6) << opt_name(o) << ", " << c.name << ", rank " << r << " of " << n;
+      }
+    }
+  }
+}
+
+TEST(ZeroOverlap, TheDdpComparisonCanFail) {
+  // A different seed on the sharded side, or one step fewer, ends far beyond the tolerance.
+  auto got = on_local_ranks<std::vector<double>>(2, [](ProcessGroupPtr pg) {
+    const Values want = ddp_values(pg, Opt::Adam, make_deep(100), kSteps);
+    Trainer other(pg, 3, Opt::Adam, make_deep(101), {}, units_options(true));
+    other.train(pg, 0, kSteps);
+    Trainer fewer(pg, 2, Opt::Adam, make_deep(100), per_param_buckets());
+    fewer.train(pg, 0, kSteps - 1);
+    return std::vector<double>{max_diff(other.params(), want), max_diff(fewer.params(), want)};
+  });
+  EXPECT_GT(got[0][0], 1e-3);
+  EXPECT_GT(got[0][1], 1e-4);
+}
+
+TEST(ZeroOverlap, ReduceScattersStartFromTheHooksDuringBackward) {
+  // Collectives issued during backward (the group's sequence numbers), one bucket per parameter
+  // (6 parameters, 6 flat buffers; each unit has 2):
+  //   stage 2: 6 reduce-scatters (none with overlap_comm false; they come in step());
+  //   stage 3, units, reshard_after_forward: 3 units gathered again (2 all_gathers each) + 6;
+  //   stage 3, units kept after forward: 6.
+  // Every .grad is None after backward (moved into the buckets by the hooks).
+  on_local_ranks<int>(2, [](ProcessGroupPtr pg) {
+    struct Case {
+      std::string name;
+      int stage;
+      ZeroOptions zo;
+      FSDPOptions fo;
+      uint64_t in_forward, in_backward;
+    };
+    for (const Case& c : std::vector<Case>{{"stage 2", 2, per_param_buckets(), {}, 0, 6},
+                                          {"stage 2, overlap_comm false", 2, per_param_buckets().overlap_comm(false), {}, 0, 0},
+                                          {"stage 3 units, reshard", 3, {}, units_options(true), 6, 12},
+                                          {"stage 3 units, keep", 3, {}, units_options(false), 6, 6},
+                                          {"stage 3 units, overlap_comm false", 3, {}, units_options(true).overlap_comm(false), 6, 6}}) {
+      Trainer t(pg, c.stage, Opt::SGD, make_deep(3), c.zo, c.fo);
+      EXPECT_EQ((t.fsdp ? t.fsdp->flat_shards() : t.zero->flat_shards()).size(), 6u) << c.name;
+      const int64_t rows = kGlobalRows / 2;
+      const uint64_t s0 = pg->sequence_number();
+      Tensor out = t.fsdp ? (*t.fsdp)(batch_x(0, pg->rank() * rows, rows)) : (*t.model)(batch_x(0, pg->rank() * rows, rows));
+      Tensor loss = mse(out, batch_y(0, pg->rank() * rows, rows));
+      const uint64_t s1 = pg->sequence_number();
+      loss.backward();
+      const uint64_t s2 = pg->sequence_number();
+      EXPECT_EQ(s1 - s0, c.in_forward) << c.name;
+      EXPECT_EQ(s2 - s1, c.in_backward) << c.name;
+      for (const auto& p : t.model->parameters()) EXPECT_FALSE(p.grad().defined()) << c.name;
+      t.fsdp ? t.fsdp->step() : t.zero->step();
+    }
+    return 0;
+  });
+}
+
+TEST(ZeroAccumulation, TwoBackwardCallsBeforeStepAddUp) {
+  for (int n : {2, 3}) {
+    const auto want = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+      return ddp_values(pg, Opt::Adam, make_deep(100), kSteps, /*micro=*/2);
+    });
+    // One backward per step ends elsewhere (the accumulation matters).
+    const auto single = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+      return ddp_values(pg, Opt::Adam, make_deep(100), kSteps, 1);
+    });
+    EXPECT_GT(max_diff(single[0], want[0]), 1e-4);
+    for (const auto& c : overlap_configs()) {
+      auto got = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+        Trainer t(pg, c.stage, Opt::Adam, make_deep(100), c.zo, c.fo);
+        t.train(pg, 0, kSteps, /*micro=*/2);
+        return t.params();
+      });
+      for (int r = 0; r < n; ++r)
+        EXPECT_LE(max_diff(got[r], want[r]), 1e-6) << c.name << ", rank " << r << " of " << n;
+    }
+  }
+}
+
+namespace {
+// Layer "c" runs in forward but its output is not used: it gets no gradient, so its buckets complete
+// only in step(), with zeros (and, in stage 3 keeping units after forward, it stays gathered until then).
+class WithUnused : public nn::Module {
+ public:
+  explicit WithUnused(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(init_mutex());
+    manual_seed(seed);
+    a = register_module("a", std::make_shared<nn::Linear>(kIn, kHidden));
+    c = register_module("c", std::make_shared<nn::Linear>(kHidden, kHidden));
+    b = register_module("b", std::make_shared<nn::Linear>(kHidden, kOut));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*a)(x).tanh();
+    Tensor ignored = (*c)(h);
+    return (*b)(h);
+  }
+  std::shared_ptr<nn::Linear> a, c, b;
+};
+}  // namespace
+
+TEST(ZeroAccumulation, UnusedParametersCountAsZeroGradients) {
+  // Plain SGD: a zero gradient leaves "c" where it was, as a single process that skips it (no .grad).
+  auto plain = [](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1)); };
+  auto reference = [&](int micro) {
+    auto m = std::make_shared<WithUnused>(100);
+    optim::SGD opt(m->parameters(), optim::SGDOptions(0.1));
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      for (int k = 0; k < micro; ++k) {
+        const int b = micro == 1 ? s : s * micro + k;
+        // Mean over the global batch of each micro-batch, as the ranks' average.
+        mse((*m)(batch_x(b, 0, kGlobalRows)), batch_y(b, 0, kGlobalRows)).backward();
+      }
+      opt.step();
+    }
+    return values(*m);
+  };
+  for (int micro : {1, 2}) {
+    const Values want = reference(micro);
+    for (int variant : {2, 3, 4}) {  // stage 2; stage 3 units freed after forward; kept after forward
+      const int stage = variant == 2 ? 2 : 3;
+      const bool reshard = variant == 3;
+      auto got = on_local_ranks<Values>(2, [&](ProcessGroupPtr pg) {
+        auto m = std::make_shared<WithUnused>(100);
+        std::unique_ptr<ZeroOptimizer> zero;
+        std::shared_ptr<FullyShardedDataParallel> fsdp;
+        if (stage == 2)
+          zero = std::make_unique<ZeroOptimizer>(m, plain, 2, pg, per_param_buckets());
+        else
+          fsdp = std::make_shared<FullyShardedDataParallel>(m, plain, pg, units_options(reshard));
+        const int64_t rows = kGlobalRows / 2, r0 = pg->rank() * rows;
+        for (int s = 0; s < kSteps; ++s) {
+          zero ? zero->zero_grad() : fsdp->zero_grad();
+          for (int k = 0; k < micro; ++k) {
+            const int b = micro == 1 ? s : s * micro + k;
+            Tensor out = fsdp ? (*fsdp)(batch_x(b, r0, rows)) : (*m)(batch_x(b, r0, rows));
+            mse(out, batch_y(b, r0, rows)).backward();
+          }
+          if (fsdp) {
+            EXPECT_EQ(fsdp->units()[2].name, "c");
+            EXPECT_EQ(fsdp->unit_gathered(2), !reshard) << "unit c got no gradient: kept until step() unless freed "
+                                                           "after forward";
+            EXPECT_FALSE(fsdp->unit_gathered(1)) << "unit a: freed once its gradients were in";
+          }
+          zero ? zero->step() : fsdp->step();
+          if (fsdp) {
+            EXPECT_FALSE(fsdp->unit_gathered(2));
+          }
+        }
+        if (fsdp) fsdp->gather_parameters();
+        return values(*m);
+      });
+      for (int r = 0; r < 2; ++r)
+        EXPECT_LE(max_diff(got[r], want), 1e-6) << "variant " << variant << ", " << micro
+                                                << " backward calls per step, rank " << r;
+    }
+  }
+}
+
+TEST(FsdpUnits, ChildrenWithParametersBecomeUnits) {
+  on_local_ranks<int>(2, [](ProcessGroupPtr pg) {
+    auto model = make_deep(1);
+    FullyShardedDataParallel fsdp(model, factory(Opt::SGD), pg, units_options(true, false));
+    const auto& units = fsdp.units();
+    EXPECT_EQ(units.size(), 4u);  // the root and the three Linear layers (Tanh has no parameters)
+    if (units.size() != 4) return 0;
+    EXPECT_EQ(units[0].name, "");
+    EXPECT_TRUE(units[0].params.empty());
+    const char* names[] = {"0", "2", "4"};
+    for (size_t u = 1; u < 4; ++u) {
+      EXPECT_EQ(units[u].name, names[u - 1]);
+      EXPECT_EQ(units[u].params, (std::vector<size_t>{2 * (u - 1), 2 * (u - 1) + 1}));
+      EXPECT_EQ(units[u].flat_shards.size(), 1u);  // one bucket: the unit's weight and bias
+      const int64_t padded = (kDeepUnits[u - 1] + 1) / 2 * 2;
+      EXPECT_EQ(units[u].full_bytes, 4 * padded) << units[u].name;
+      for (size_t g : units[u].flat_shards) EXPECT_EQ(fsdp.flat_shards()[g].unit, u);
+      EXPECT_FALSE(fsdp.unit_gathered(u));
+    }
+    // A user-given list: layers "0" and "4"; "2" stays with the root.
+    auto m2 = make_deep(1);
+    auto kids = m2->children();
+    FullyShardedDataParallel listed(m2, factory(Opt::SGD), pg,
+                                    FSDPOptions().auto_wrap_policy(modules_wrap_policy({kids[0], kids[4]})));
+    EXPECT_EQ(listed.units().size(), 3u);
+    if (listed.units().size() == 3) {
+      EXPECT_EQ(listed.units()[0].params, (std::vector<size_t>{2, 3}));
+      EXPECT_EQ(listed.units()[1].name, "0");
+      EXPECT_EQ(listed.units()[2].name, "4");
+    }
+    EXPECT_TRUE(contains(error_of([&] { listed.unit_gathered(3); }), "there are 3 units"));
+    return 0;
+  });
+}
+
+namespace {
+// A unit with a parameter of its own around a nested unit.
+class Scaled : public nn::Module {
+ public:
+  Scaled() {
+    scale = register_parameter("scale", full({5}, 0.9));
+    lin = register_module("lin", std::make_shared<nn::Linear>(5, 5));
+  }
+  Tensor forward(const Tensor& x) override { return (*lin)(x) * scale; }
+  Tensor scale;
+  std::shared_ptr<nn::Linear> lin;
+};
+// Two layers sharing one weight (in no single one of them: it goes to their common unit).
+class Tied : public nn::Module {
+ public:
+  Tied() {
+    a = register_module("a", std::make_shared<nn::Linear>(5, 5));
+    b = register_module("b", std::make_shared<nn::Linear>(5, 5));
+    b->weight = b->register_parameter("weight", a->weight);
+  }
+  Tensor forward(const Tensor& x) override { return (*b)((*a)(x).tanh()); }
+  std::shared_ptr<nn::Linear> a, b;
+};
+class Composite : public nn::Module {
+ public:
+  explicit Composite(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(init_mutex());
+    manual_seed(seed);
+    inp = register_module("inp", std::make_shared<nn::Linear>(kIn, 5));
+    block = register_module("block", std::make_shared<Scaled>());
+    tied = register_module("tied", std::make_shared<Tied>());
+    out = register_module("out", std::make_shared<nn::Linear>(5, kOut));
+  }
+  Tensor forward(const Tensor& x) override { return (*out)((*tied)((*block)((*inp)(x).tanh()))); }
+  std::shared_ptr<nn::Linear> inp, out;
+  std::shared_ptr<Scaled> block;
+  std::shared_ptr<Tied> tied;
+};
+}  // namespace
+
+TEST(FsdpUnits, NestedUnitsAndSharedParametersMatchDdp) {
+  // Every submodule is offered as a unit: a parameter goes to the innermost unit holding every module
+  // that holds it; the shared weight to "tied".
+  auto every = [](const std::string&, const nn::Module&) { return true; };
+  for (int n : {2, 3}) {
+    const auto want = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+      return ddp_values(pg, Opt::Adam, std::make_shared<Composite>(100), kSteps);
+    });
+    for (bool reshard : {true, false}) {
+      auto got = on_local_ranks<Values>(n, [&](ProcessGroupPtr pg) {
+        auto model = std::make_shared<Composite>(100);
+        Trainer t(pg, 3, Opt::Adam, model, {}, FSDPOptions().auto_wrap_policy(every).reshard_after_forward(reshard));
+        std::vector<std::string> names;
+        std::map<std::string, std::vector<size_t>> params;
+        for (const auto& u : t.fsdp->units()) {
+          names.push_back(u.name);
+          params[u.name] = u.params;
+        }
+        // Parameters (registration order): inp.weight 0, inp.bias 1, block.scale 2, block.lin.weight 3,
+        // block.lin.bias 4, tied.a.weight 5 (= tied.b.weight), tied.a.bias 6, tied.b.bias 7, out.* 8, 9.
+        EXPECT_EQ(names, (std::vector<std::string>{"", "inp", "block", "block.lin", "tied", "tied.a", "tied.b", "out"}));
+        EXPECT_EQ(params["block"], std::vector<size_t>{2});
+        EXPECT_EQ(params["tied"], std::vector<size_t>{5});
+        EXPECT_EQ(params["tied.b"], std::vector<size_t>{7});
+        EXPECT_TRUE(params[""].empty());
+        t.train(pg, 0, kSteps);
+        return t.params();
+      });
+      for (int r = 0; r < n; ++r)
+        EXPECT_LE(max_diff(got[r], want[r]), 1e-6) << (reshard ? "reshard" : "kept") << ", rank " << r << " of " << n;
+    }
+  }
+}
+
+TEST(FsdpUnits, ForwardHoldsOneUnitsFullParametersAtATime) {
+  // Float32, N ranks, unit u's padded size Pu = ceil(numel_u / N) * N, shards S = sum Pu / N:
+  //   forward peak of parameter bytes: 4 (S + max Pu) freeing after forward, 4 (S + sum Pu) keeping;
+  //   after forward: 4 S resp. 4 (S + sum Pu); through backward, freeing each unit once its gradients
+  //   are in: 4 (S + max Pu) (each unit's gradients are in before backward reaches the unit before it),
+  //   with backward_prefetch at most 4 (S + the two largest Pu).
+  for (int n : {1, 2, 3, 4}) {
+    int64_t S = 0, sum = 0, largest = 0, second = 0;
+    for (int64_t numel : kDeepUnits) {
+      const int64_t P = (numel + n - 1) / n * n;
+      S += P / n;
+      sum += P;
+      second = std::max(second, std::min(largest, P));
+      largest = std::max(largest, P);
+    }
+    for (int variant : {0, 1, 2}) {  // reshard_after_forward; the same with backward_prefetch; kept
+      const bool reshard = variant < 2, prefetch = variant == 1;
+      auto got = on_local_ranks<std::vector<int64_t>>(n, [&](ProcessGroupPtr pg) {
+        auto fsdp = std::make_shared<FullyShardedDataParallel>(make_deep(1), factory(Opt::SGD), pg,
+                                                               units_options(reshard, false).backward_prefetch(prefetch));
+        const int64_t rows = kGlobalRows / n, r0 = pg->rank() * rows;
+        fsdp->train(true);
+        fsdp->zero_grad();
+        fsdp->reset_peak_memory_stats();
+        Tensor loss = mse((*fsdp)(batch_x(0, r0, rows)), batch_y(0, r0, rows));
+        const int64_t forward_peak = fsdp->max_memory_per_rank().params;
+        const int64_t after_forward = fsdp->memory_per_rank().params;
+        loss.backward();
+        const int64_t iteration_peak = fsdp->max_memory_per_rank().params;
+        const int64_t after_backward = fsdp->memory_per_rank().params;
+        fsdp->step();
+        return std::vector<int64_t>{forward_peak, after_forward, iteration_peak, after_backward};
+      });
+      for (int r = 0; r < n; ++r) {
+        const auto& g = got[r];
+        const std::string what = std::string(reshard ? "reshard_after_forward, " : "kept after forward, ") +
+                                 (prefetch ? "backward_prefetch, " : "") + std::to_string(n) + " ranks, rank " +
+                                 std::to_string(r);
+        EXPECT_EQ(g[0], 4 * (S + (reshard ? largest : sum))) << what;
+        EXPECT_EQ(g[1], 4 * (S + (reshard ? 0 : sum))) << what;
+        if (prefetch) {
+          EXPECT_LE(g[2], 4 * (S + largest + second)) << what;
+        } else {
+          EXPECT_EQ(g[2], 4 * (S + (reshard ? largest : sum))) << what;
+        }
+        EXPECT_EQ(g[3], 4 * S) << what << ": every unit freed once its gradients are in";
+        if (reshard) {
+          EXPECT_LT(g[0], 4 * (S + sum)) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(FsdpUnits, CheckpointRoundTripTwoToFourToOneRanks) {
+  // Units on every side; Adam (its step count must come through); then a units checkpoint into
+  // stage 2 with one bucket per parameter (another buffer layout) and into one FSDP unit.
+  const Values want = on_local_ranks<Values>(1, [](ProcessGroupPtr pg) {
+    return ddp_values(pg, Opt::Adam, make_deep(100), kSteps);
+  })[0];
+  TempDir a("units2"), b("units4");
+  on_local_ranks<int>(2, [&](ProcessGroupPtr pg) {
+    Trainer t(pg, 3, Opt::Adam, make_deep(100), {}, units_options(true));
+    t.train(pg, 0, 4);
+    t.save(a.str());
+    return 0;
+  });
+  on_local_ranks<int>(4, [&](ProcessGroupPtr pg) {
+    Trainer t(pg, 3, Opt::Adam, make_deep(555), {}, units_options(false, false));
+    t.load(a.str());
+    t.train(pg, 4, 7);
+    t.save(b.str());
+    return 0;
+  });
+  struct Load {
+    std::string name;
+    int stage;
+    ZeroOptions zo;
+    FSDPOptions fo;
+  };
+  for (const Load& l : std::vector<Load>{{"units", 3, {}, units_options(true)},
+                                         {"stage 2, one bucket per parameter", 2, per_param_buckets(), {}},
+                                         {"one unit", 3, {}, {}}}) {
+    auto got = on_local_ranks<Values>(1, [&](ProcessGroupPtr pg) {
+      Trainer t(pg, l.stage, Opt::Adam, make_deep(555), l.zo, l.fo);
+      t.load(b.str());
+      t.train(pg, 7, kSteps);
+      return t.params();
+    });
+    EXPECT_LE(max_diff(got[0], want), 1e-6) << "saved at 2 then 4 ranks with units, loaded at 1 rank: " << l.name;
+  }
+}
+
+TEST(ZeroErrors, OneWrapperPerParameter) {
+  auto pg1 = make_local_groups(1)[0];
+  auto m = make_mlp(1);
+  auto first = std::make_unique<ZeroOptimizer>(m, factory(Opt::SGD), 2, pg1);
+  const std::string e = error_of([&] { FullyShardedDataParallel f(m, factory(Opt::SGD), pg1); });
+  EXPECT_TRUE(contains(e, "[FullyShardedDataParallel] parameter 0.weight is already wrapped")) << e;
+  first.reset();
+  EXPECT_EQ(error_of([&] { ZeroOptimizer again(m, factory(Opt::SGD), 2, pg1); }), "<no exception>");
+  EXPECT_TRUE(contains(error_of([&] { ZeroOptimizer z(make_mlp(1), factory(Opt::SGD), 2, pg1, ZeroOptions().bucket_cap_mb(0)); }),
+                       "bucket_cap_mb and first_bucket_mb must be positive"));
+}
+
 // ------------------------------------------------------------------------------- mpi (under mpirun)
 
 #ifdef TROUPE_HAVE_MPI
@@ -585,6 +1041,19 @@ TEST(ZeroMpi, AllStagesMatchOneProcessOnTheConcatenatedBatch) {
       Trainer t(pg, stage, o, make_mlp(100 + pg->rank()));
       t.train(pg, 0, kSteps);
       EXPECT_LE(max_diff(t.params(), want), 1e-6) << opt_name(o) << ", stage " << stage << ", rank " << pg->rank();
+    }
+  }
+}
+
+TEST(ZeroMpi, OverlapAndUnitsMatchDdp) {
+  ZERO_MPI_SETUP(pg);
+  for (int micro : {1, 2}) {
+    const Values want = ddp_values(pg, Opt::Adam, make_deep(100 + pg->rank()), kSteps, micro);
+    for (const auto& c : overlap_configs()) {
+      Trainer t(pg, c.stage, Opt::Adam, make_deep(100 + pg->rank()), c.zo, c.fo);
+      t.train(pg, 0, kSteps, micro);
+      EXPECT_LE(max_diff(t.params(), want), 1e-6) << c.name << ", " << micro << " backward calls per step, rank "
+                                                  << pg->rank() << " of " << pg->size();
     }
   }
 }
