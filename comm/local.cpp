@@ -7,6 +7,8 @@
 // work is spread over the ranks' threads.
 #include "local.h"
 
+#include <troupe/tensor/parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -15,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -229,12 +232,16 @@ struct Message {
 };
 
 // What the ranks of one group share.
+struct WorldState;
+void notify(WorldState& st);
+
 struct WorldState {
   int size = 1;
   GroupOptions options;
   std::shared_ptr<Universe> universe;
   std::mutex mu;
   std::condition_variable cv;
+  std::atomic<uint64_t> events{0};  // bumped before every cv.notify_all (see wait_briefly)
   std::map<uint64_t, std::shared_ptr<Rendezvous>> rendezvous;           // by sequence number
   std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // by (src, dst, tag)
   // all_reduce's staging buffer, kept between collectives: collective s+1 becomes ready only once every
@@ -242,6 +249,30 @@ struct WorldState {
   std::unique_ptr<std::byte[]> staging;
   size_t staging_bytes = 0;
 };
+
+// Wakes every waiter on st (st.mu need not be held).
+void notify(WorldState& st) {
+  st.events.fetch_add(1, std::memory_order_release);
+  st.cv.notify_all();
+}
+
+// How long a rank polls for its peers before it sleeps on st.cv.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Called with lk (on st.mu) held before sleeping on st.cv: lets go of the lock and polls, yielding the
+// core each time, until something is notified or kSpin passed; returns with lk held. Peers that arrive
+// within kSpin then cost no futex wake-up and context switch (10-20 us each on 2 cores, and a scheduler
+// slice when other processes hold the core), as MPI's polling costs it none.
+void wait_briefly(WorldState& st, std::unique_lock<std::mutex>& lk) {
+  const uint64_t seen = st.events.load(std::memory_order_acquire);
+  lk.unlock();
+  const auto until = Clock::now() + kSpin;
+  for (int i = 1; st.events.load(std::memory_order_acquire) == seen; ++i) {
+    if (i % 16 == 0 && Clock::now() >= until) break;
+    std::this_thread::yield();
+  }
+  lk.lock();
+}
 
 void Universe::abort(const std::string& why) {
   std::vector<std::shared_ptr<WorldState>> live;
@@ -254,7 +285,7 @@ void Universe::abort(const std::string& why) {
   }
   for (auto& s : live) {
     { std::lock_guard<std::mutex> g(s->mu); }  // a waiter is either before its predicate check or waiting
-    s->cv.notify_all();
+    notify(*s);
   }
 }
 
@@ -267,18 +298,45 @@ std::shared_ptr<WorldState> make_state(int size, GroupOptions options, std::shar
   return s;
 }
 
-// ---- Work
+// ---- Work and the op queue
+
+class LocalWork;
+
+// A rank's ops in issue order, run one at a time: by the rank's worker thread, or by a thread that waits
+// for one of them while nobody runs an op (it runs the queue up to its own op: no hand-off to the worker
+// and back, two context switches a synchronous collective saved).
+struct OpQueue {
+  struct Task {
+    std::function<void()> fn;
+    std::shared_ptr<LocalWork> work;
+  };
+  std::mutex mu;
+  std::condition_variable cv;  // to the worker: an op to run, or stop
+  std::deque<Task> tasks;
+  bool running = false;  // the worker or a waiter is running an op
+  bool stop = false;
+
+  // Pops the front task and runs it (mu held on entry and on return).
+  void run_front(std::unique_lock<std::mutex>& lk);
+};
 
 class LocalWork final : public Work {
  public:
-  explicit LocalWork(std::string what) : what_(std::move(what)) {}
+  LocalWork(std::string what, std::weak_ptr<OpQueue> queue) : what_(std::move(what)), queue_(std::move(queue)) {}
 
   bool is_completed() override {
-    std::lock_guard<std::mutex> g(mu_);
-    return done_;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (done_) return true;
+    }
+    wake_worker();
+    return false;
   }
 
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    // With a timeout, running the op here could outlast it: the worker runs it.
+    if (timeout) wake_worker();
+    else run_queue_up_to_this();
     std::unique_lock<std::mutex> lk(mu_);
     if (timeout) {
       if (!cv_.wait_for(lk, *timeout, [&] { return done_; }))
@@ -305,12 +363,59 @@ class LocalWork final : public Work {
   }
 
  private:
+  friend struct OpQueue;
+
+  // While this op is queued and nobody runs one, runs the queue's ops up to this one on this thread.
+  void run_queue_up_to_this() {
+    auto q = queue_.lock();
+    if (!q) return;
+    std::unique_lock<std::mutex> lk(q->mu);
+    if (!queued_ || q->running) return;
+    while (queued_) q->run_front(lk);
+    const bool more = !q->tasks.empty() || q->stop;
+    lk.unlock();
+    if (more) q->cv.notify_one();  // the ops queued after this one, or a stopping worker, go on
+  }
+
+  // A synchronous call's op is queued without waking the worker; whoever polls or waits with a timeout
+  // for it wakes it.
+  void wake_worker() {
+    auto q = queue_.lock();
+    if (!q) return;
+    bool queued;
+    {
+      std::lock_guard<std::mutex> g(q->mu);
+      queued = queued_;
+    }
+    if (queued) q->cv.notify_one();
+  }
+
   std::string what_;
+  std::weak_ptr<OpQueue> queue_;
+  bool queued_ = true;  // in its queue, not yet taken (guarded by OpQueue::mu)
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
 };
+
+void OpQueue::run_front(std::unique_lock<std::mutex>& lk) {
+  Task t = std::move(tasks.front());
+  tasks.pop_front();
+  t.work->queued_ = false;
+  running = true;
+  lk.unlock();
+  std::exception_ptr e;
+  try {
+    t.fn();
+  } catch (...) {
+    e = std::current_exception();
+  }
+  t.fn = nullptr;  // drop the op's tensors before it reports completion
+  t.work->finish(std::move(e));
+  lk.lock();
+  running = false;
+}
 
 // ---- argument checks (on the issuing thread: std::invalid_argument, nothing issued)
 
@@ -344,20 +449,20 @@ void check_reduce_op(const char* fn, ReduceOp op, ScalarType dtype) {
 class LocalGroup final : public ProcessGroup {
  public:
   LocalGroup(std::shared_ptr<WorldState> state, int rank)
-      : st_(std::move(state)), rank_(rank), worker_([this] { work_loop(); }) {}
+      : st_(std::move(state)), rank_(rank), q_(std::make_shared<OpQueue>()), worker_([this] { work_loop(); }) {}
 
   ~LocalGroup() override {
     closing_.store(true);
     {
       std::lock_guard<std::mutex> g(st_->mu);
     }
-    st_->cv.notify_all();  // an op of this rank waiting for its peers fails now
+    notify(*st_);  // an op of this rank waiting for its peers fails now
     {
-      std::lock_guard<std::mutex> g(qmu_);
-      stop_ = true;
+      std::lock_guard<std::mutex> g(q_->mu);
+      q_->stop = true;
     }
-    qcv_.notify_all();
-    worker_.join();  // the remaining queued ops fail fast (closing_)
+    q_->cv.notify_all();
+    worker_.join();  // the remaining queued ops fail fast (closing_); no waiter is running one after
   }
 
   int rank() const override { return rank_; }
@@ -564,7 +669,7 @@ class LocalGroup final : public ProcessGroup {
         std::lock_guard<std::mutex> g(st_->mu);
         st_->mailboxes[{rank_, dst, tag}].push_back(std::move(msg));
       }
-      st_->cv.notify_all();
+      notify(*st_);
     });
   }
 
@@ -684,11 +789,6 @@ class LocalGroup final : public ProcessGroup {
   }
 
  private:
-  struct Task {
-    std::function<void()> fn;
-    std::shared_ptr<LocalWork> work;
-  };
-
   const std::string& name() const { return st_->options.name; }
 
   // "all_reduce #17 on group 'world' (local, 4 ranks)"
@@ -757,40 +857,30 @@ class LocalGroup final : public ProcessGroup {
   }
 
   WorkPtr issue(OpKind k, std::function<void(uint64_t)> body) {
-    std::lock_guard<std::mutex> g(qmu_);
+    std::lock_guard<std::mutex> g(q_->mu);
     const uint64_t seq = seq_.fetch_add(1);
-    auto w = std::make_shared<LocalWork>(where(k, seq));
-    q_.push_back(Task{[body = std::move(body), seq] { body(seq); }, w});
-    qcv_.notify_one();
+    auto w = std::make_shared<LocalWork>(where(k, seq), q_);
+    q_->tasks.push_back(OpQueue::Task{[body = std::move(body), seq] { body(seq); }, w});
+    if (!detail::t_sync_call) q_->cv.notify_one();  // a synchronous call's thread runs it as it waits
     return w;
   }
 
   WorkPtr issue_p2p(const std::string& what, std::function<void()> body) {
-    std::lock_guard<std::mutex> g(qmu_);
-    auto w = std::make_shared<LocalWork>(what);
-    q_.push_back(Task{std::move(body), w});
-    qcv_.notify_one();
+    std::lock_guard<std::mutex> g(q_->mu);
+    auto w = std::make_shared<LocalWork>(what, q_);
+    q_->tasks.push_back(OpQueue::Task{std::move(body), w});
+    if (!detail::t_sync_call) q_->cv.notify_one();
     return w;
   }
 
+  // Runs the queue's ops whenever no waiter does; once stopped, drains it and returns.
   void work_loop() {
+    OpQueue& q = *q_;
+    std::unique_lock<std::mutex> lk(q.mu);
     for (;;) {
-      Task t;
-      {
-        std::unique_lock<std::mutex> lk(qmu_);
-        qcv_.wait(lk, [&] { return stop_ || !q_.empty(); });
-        if (q_.empty()) return;
-        t = std::move(q_.front());
-        q_.pop_front();
-      }
-      std::exception_ptr e;
-      try {
-        t.fn();
-      } catch (...) {
-        e = std::current_exception();
-      }
-      t.fn = nullptr;  // drop the op's tensors before it reports completion
-      t.work->finish(std::move(e));
+      q.cv.wait(lk, [&] { return !q.running && (q.stop || !q.tasks.empty()); });
+      if (q.tasks.empty()) return;
+      q.run_front(lk);
     }
   }
 
@@ -853,15 +943,19 @@ class LocalGroup final : public ProcessGroup {
         }
         if (err.empty()) rv->ready = true;
         else rv->error = std::move(err);
-        st.cv.notify_all();
+        notify(st);
       }
     }
+    bool spun = false;
     while (!rv->ready && rv->error.empty()) {
       if (st.universe->aborted.load()) {
         rv->error = "[comm] " + where(kind, seq) + " aborted: " + st.universe->why();
       } else if (closing_.load()) {
         rv->error = "[comm] " + where(kind, seq) + " failed: the group object of rank " + std::to_string(rank_) +
                     " was destroyed while it was pending";
+      } else if (!spun) {
+        spun = true;
+        wait_briefly(st, lk);
       } else if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout && !rv->ready && rv->error.empty()) {
         std::vector<int> missing;
         for (int r = 0; r < size(); ++r)
@@ -869,7 +963,7 @@ class LocalGroup final : public ProcessGroup {
         rv->error = "[comm] " + where(kind, seq) + " timed out after " + std::to_string(st.options.timeout.count()) +
                     " ms; ranks not arrived: " + list_str(missing);
       }
-      if (!rv->error.empty()) st.cv.notify_all();
+      if (!rv->error.empty()) notify(st);
     }
     if (!rv->ready) {  // failed before any rank read another's memory
       std::string err = rv->error;
@@ -888,9 +982,10 @@ class LocalGroup final : public ProcessGroup {
     }
     lk.lock();
     if (!failed.empty() && rv->error.empty()) rv->error = failed;
-    if (++rv->n_computed == size()) st.cv.notify_all();
+    if (++rv->n_computed == size()) notify(st);
     // Every rank got here or is computing its phase 1 (no waiting in it): this wait is short, and it
     // must not give up early, since a peer may still be reading this rank's memory.
+    if (rv->n_computed != size()) wait_briefly(st, lk);
     st.cv.wait(lk, [&] { return rv->n_computed == size(); });
     std::string err = rv->error;
     leave();
@@ -903,10 +998,7 @@ class LocalGroup final : public ProcessGroup {
   const int rank_;
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> closing_{false};
-  std::mutex qmu_;
-  std::condition_variable qcv_;
-  std::deque<Task> q_;
-  bool stop_ = false;
+  std::shared_ptr<OpQueue> q_;  // shared with the Works, which may outlive this object
   std::thread worker_;  // last: starts once everything above is constructed
 };
 
@@ -955,10 +1047,16 @@ void run_local(int n, std::function<void(ProcessGroupPtr)> fn, GroupOptions opti
   std::mutex mu;
   int first_rank = -1;
   std::exception_ptr first;
+  // Each rank computes with its share of the caller's threads, as one process per rank would; BLAS runs
+  // on the ranks' own threads while more than one computes (tensor/parallel.h).
+  const int budget = std::max(1, get_num_threads() / n);
+  std::optional<SerialBlasGuard> serial_blas;
+  if (n > 1) serial_blas.emplace();
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      NumThreadsGuard threads_of_rank(budget);
       set_thread_world(groups[r]);
       try {
         fn(groups[r]);
