@@ -183,6 +183,21 @@ struct Orphan {
 std::mutex g_leak_mu;
 std::vector<OpPtr> g_leaked;  // ops of destroyed groups whose MPI requests never completed
 
+// The recursive doubling of small all-reduces (the functions are defined below, with the other
+// algorithm helpers).
+/// One exchange of the recursive doubling: send the buffer to `send` and/or receive into the partner
+/// buffer (then combine) or into the buffer itself (the folded ranks' result) from `recv` (-1: none).
+struct SmallStep {
+  int send = -1, recv = -1, tag = 0;
+  bool combine = false;  // received into tmp, then buf = buf op tmp
+};
+
+std::vector<SmallStep> small_allreduce_plan(int rank, int size);
+int start_small_step(const SmallStep& s, MPI_Comm comm, char* buf, char* tmp, int count, MPI_Datatype type,
+                     MPI_Request* r, int* nreq);
+void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, MPI_Op op);
+size_t type_size(MPI_Datatype t);
+
 class Engine;
 std::mutex g_engines_mu;
 std::vector<std::weak_ptr<Engine>> g_engines;
@@ -200,6 +215,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     MPI_Comm_dup(comm_, &diag_comm_);
     MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(diag_comm_, MPI_ERRORS_RETURN);
+    small_plan_ = small_allreduce_plan(rank_, size_);
     desc_ = std::make_shared<const std::string>("group '" + opts_.name + "' (mpi, rank " + std::to_string(rank_) +
                                                 " of " + std::to_string(size_) + ")");
   }
@@ -247,6 +263,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// Queues `op` (its sequence number is taken here) and returns its Work.
   WorkPtr submit(OpPtr op);
+
+  /// The fast path of a synchronous all-reduce (SUM, PRODUCT, MIN, MAX; AVG divides after): run at once
+  /// on the calling thread while the group is idle, with no op object and no queue, so that it costs
+  /// what MPI's messages cost. Up to the small-all-reduce bytes: troupe's recursive doubling; above:
+  /// one MPI_Iallreduce (n <= INT_MAX). Returns null, having done nothing, when ops are queued or in flight
+  /// or another thread runs them (the caller then queues the op). Otherwise a completed Work, failed as
+  /// the queued op would fail (a timeout names the late ranks and breaks the group).
+  WorkPtr allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop, bool avg);
 
   /// Runs ops (this thread holds exec_mu_) until `op` is done or `deadline`.
   void run_until(const OpPtr& op, Clock::time_point deadline) {
@@ -636,6 +660,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<int64_t> begun_{-1};  // sequence number of the latest collective begun here
   std::mutex scratch_mu_;
   Buffer scratch_;
+  std::vector<SmallStep> small_plan_;  // this rank's recursive-doubling exchanges
 
   // under diag_mu_ (serve_queries)
   std::mutex diag_mu_;
@@ -887,45 +912,126 @@ std::atomic<int64_t> g_small_allreduce_bytes{64 << 10};
 /// first (the even one sends, the odd one combines), the p2 remaining ranks exchange and combine with
 /// partners at distance 1, 2, 4, ..., and the folded ranks get the result back. Every rank ends with
 /// the same bits.
-/// `tmp` holds n elements (the partner's data).
-void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
-                         MPI_Op mop, Buffer tmp) {
-  int c = static_cast<int>(n);
+/// This rank's exchanges (same tags on every rank).
+std::vector<SmallStep> small_allreduce_plan(int rank, int size) {
+  std::vector<SmallStep> plan;
   int p2 = 1;
   while (p2 * 2 <= size) p2 *= 2;
   int rem = size - p2;
-  op.buffers.push_back(tmp);
-  char* t = tmp->data();
-  int v = rank < 2 * rem ? (rank % 2 ? rank / 2 : -1) : rank - rem;  // rank among the p2; -1: folded
+  bool folded = rank < 2 * rem;
+  int v = folded ? (rank % 2 ? rank / 2 : -1) : rank - rem;  // rank among the p2; -1: folded out
   auto real = [rem](int virt) { return virt < rem ? virt * 2 + 1 : virt + rem; };
   int tag = 0;
-  if (rem > 0 && rank < 2 * rem) {
-    if (rank % 2 == 0) {
-      op.steps.push_back({[=](MPI_Request* r) { return MPI_Isend(buf, c, type, rank + 1, tag, comm, r); }, nullptr});
-    } else {
-      op.steps.push_back({[=](MPI_Request* r) { return MPI_Irecv(t, c, type, rank - 1, tag, comm, r); },
-                          [=](const MPI_Status&) { combine(buf, t, n, type, mop); }});
-    }
+  if (folded) {
+    if (rank % 2 == 0) plan.push_back({rank + 1, -1, tag, false});
+    else plan.push_back({-1, rank - 1, tag, true});
   }
   ++tag;
-  if (v >= 0) {
-    for (int mask = 1; mask < p2; mask <<= 1, ++tag) {
-      int peer = real(v ^ mask);
-      op.steps.push_back({[=](MPI_Request* r) {
-        int rc = MPI_Irecv(t, c, type, peer, tag, comm, &r[0]);
-        return rc != MPI_SUCCESS ? rc : MPI_Isend(buf, c, type, peer, tag, comm, &r[1]);
-      }, [=](const MPI_Status&) { combine(buf, t, n, type, mop); }, 2});
-    }
-  } else {
-    while ((1 << (tag - 1)) < p2) ++tag;  // the same tag numbering on every rank
+  for (int mask = 1; mask < p2; mask <<= 1, ++tag) {
+    if (v >= 0) plan.push_back({real(v ^ mask), real(v ^ mask), tag, true});
   }
-  if (rem > 0 && rank < 2 * rem) {
-    if (rank % 2) {
-      op.steps.push_back({[=](MPI_Request* r) { return MPI_Isend(buf, c, type, rank - 1, tag, comm, r); }, nullptr});
+  if (folded) {
+    if (rank % 2) plan.push_back({rank - 1, -1, tag, false});
+    else plan.push_back({-1, rank + 1, tag, false});
+  }
+  return plan;
+}
+
+/// Starts the requests of step `s` (1 or 2 of them, receive first); returns the MPI error code.
+int start_small_step(const SmallStep& s, MPI_Comm comm, char* buf, char* tmp, int count, MPI_Datatype type,
+                     MPI_Request* r, int* nreq) {
+  *nreq = 0;
+  if (s.recv >= 0) {
+    int rc = MPI_Irecv(s.combine ? tmp : buf, count, type, s.recv, s.tag, comm, &r[(*nreq)++]);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  if (s.send >= 0) return MPI_Isend(buf, count, type, s.send, s.tag, comm, &r[(*nreq)++]);
+  return MPI_SUCCESS;
+}
+
+/// The recursive doubling as steps of a queued op. `tmp` holds n elements (the partner's data).
+void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
+                         MPI_Op mop, Buffer tmp) {
+  int c = static_cast<int>(n);
+  op.buffers.push_back(tmp);
+  char* t = tmp->data();
+  for (const SmallStep& s : small_allreduce_plan(rank, size)) {
+    Step step{[=](MPI_Request* r) {
+      int k = 0;
+      return start_small_step(s, comm, buf, t, c, type, r, &k);
+    }, nullptr, (s.send >= 0) + (s.recv >= 0)};
+    if (s.combine) step.done = [=](const MPI_Status&) { combine(buf, t, n, type, mop); };
+    op.steps.push_back(std::move(step));
+  }
+}
+
+/// A Work that ended before it was returned (the synchronous fast path).
+class DoneWork : public Work {
+ public:
+  explicit DoneWork(std::exception_ptr e) : e_(std::move(e)) {}
+  bool is_completed() override { return true; }
+  std::exception_ptr exception() override { return e_; }
+  void wait(std::optional<std::chrono::milliseconds>) override {
+    if (e_) std::rethrow_exception(e_);
+  }
+
+ private:
+  std::exception_ptr e_;
+};
+
+WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop, bool avg) {
+  std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
+  if (!ex.owns_lock() || current_ || !inflight_.empty()) return nullptr;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> g(q_mu_);
+    if (!queue_.empty() || stopping_ || stopped_ || !broken_.empty()) return nullptr;
+    seq = seq_.fetch_add(1);
+  }
+  begun_.store(static_cast<int64_t>(seq));
+  const auto deadline = Clock::now() + opts_.timeout;
+  const bool small = static_cast<int64_t>(n * type_size(type)) <= g_small_allreduce_bytes.load();
+  Buffer tmp = small ? scratch(std::max<size_t>(1, static_cast<size_t>(n) * type_size(type))) : nullptr;
+  const int c = static_cast<int>(n);
+  // A failure: an op object after all (it keeps the buffers MPI may still use, and names the op).
+  auto failed = [&](const std::array<MPI_Request, 2>& req, int nreq, int rc, bool timeout) -> WorkPtr {
+    auto op = new_op("all_reduce");
+    op->seq = seq;
+    op->group = desc_;
+    op->keep.push_back(t);
+    if (tmp) op->buffers.push_back(tmp);
+    op->req = req;
+    op->nreq = nreq;
+    pending_.fetch_add(1);  // fail / timed_out retire it
+    if (timeout) {
+      timed_out(op);
     } else {
-      op.steps.push_back({[=](MPI_Request* r) { return MPI_Irecv(buf, c, type, rank + 1, tag, comm, r); }, nullptr});
+      orphan_requests(op);
+      fail(op, op->label() + ": MPI call failed: " + mpi_error_string(rc));
     }
+    return std::make_shared<DoneWork>(op->error);
+  };
+  static const std::vector<SmallStep> kOneIallreduce(1);
+  for (const SmallStep& s : small ? small_plan_ : kOneIallreduce) {
+    std::array<MPI_Request, 2> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int nreq = 1;
+    int rc = small ? start_small_step(s, coll_comm_, buf, tmp->data(), c, type, req.data(), &nreq)
+                   : MPI_Iallreduce(MPI_IN_PLACE, buf, c, type, mop, comm_, req.data());
+    if (rc != MPI_SUCCESS) return failed(req, nreq, rc, false);
+    Backoff b;
+    for (uint32_t polls = 1;; ++polls) {
+      int flag = 0;
+      rc = nreq == 1 ? MPI_Test(req.data(), &flag, MPI_STATUS_IGNORE)
+                     : MPI_Testall(nreq, req.data(), &flag, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) return failed(req, nreq, rc, false);
+      if (flag) break;
+      if ((polls & 63) == 0 && Clock::now() > deadline) return failed(req, nreq, MPI_SUCCESS, true);
+      b.pause();
+    }
+    if (small && s.combine) combine(buf, tmp->data(), n, type, mop);
   }
+  if (avg) divide_by(buf, n, type, size_);
+  return std::make_shared<DoneWork>(nullptr);
 }
 
 void add_allreduce(OpState& op, MPI_Comm comm, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop) {
@@ -1022,13 +1128,19 @@ class MpiProcessGroup : public ProcessGroup {
     const char* fn = "all_reduce";
     check_tensor(fn, "tensor", tensor);
     check_reduce(fn, op, tensor.dtype());
-    auto o = e_->new_op(fn);
-    o->keep.push_back(tensor);
-    add_debug_check(*o, fn, tensor.numel(), tensor.dtype());
     char* data = static_cast<char*>(tensor.data_ptr());
     int64_t n = tensor.numel();
     ScalarType dt = tensor.dtype();
     int size = this->size();
+    // A synchronous all-reduce on an idle group runs at once, with no op object.
+    if (detail::t_sync_call && !is_16bit_float(dt) && !g_debug.load() && size > 1 && n <= max_count()) {
+      if (WorkPtr w = e_->allreduce_now(tensor, data, n, move_type(dt), reduce_mpi_op(op, dt), op == ReduceOp::AVG)) {
+        return w;
+      }
+    }
+    auto o = e_->new_op(fn);
+    o->keep.push_back(tensor);
+    add_debug_check(*o, fn, tensor.numel(), tensor.dtype());
     if (is_16bit_float(dt)) {
       Buffer f = make_buffer(n * sizeof(float));
       o->buffers.push_back(f);

@@ -159,8 +159,9 @@ TEST(MpiCollectives, AllReduceUInt8AndBool) {
 }
 
 // All-reduces up to 64 KB run troupe's recursive doubling (with folding when the size is not a power of
-// two), larger ones MPI_Iallreduce. Both paths, across the threshold, on values whose sum depends on the
-// order: every rank must end with the same bits, and the two paths agree to rounding.
+// two), larger ones MPI_Iallreduce; a synchronous call on an idle group runs either at once on its
+// thread, an async one is queued. Every path, across the threshold, on values whose sum depends on the
+// order: every rank must end with the same bits, and the paths agree to rounding.
 TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
   MPI_SETUP(pg);
   int n = pg->size(), me = pg->rank();
@@ -170,11 +171,13 @@ TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
   for (ScalarType dt : {kFloat32, kFloat64, kBFloat16}) {
     for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
       for (int64_t len : {int64_t{1}, int64_t{1023}, int64_t{16384}, int64_t{16385}, int64_t{40000}}) {
-        Tensor results[2];
-        for (int path = 0; path < 2; ++path) {
-          comm::detail::set_mpi_small_allreduce_bytes(path == 0 ? 0 : saved);  // 0: MPI_Iallreduce always
+        Tensor results[4];
+        for (int path = 0; path < 4; ++path) {
+          // 0, 1: MPI_Iallreduce always (sync, async); 2, 3: recursive doubling up to 64 KB (sync, async)
+          comm::detail::set_mpi_small_allreduce_bytes(path < 2 ? 0 : saved);
           Tensor t = make_t(len, dt, [&](int64_t i) { return value(me, i); });
-          pg->all_reduce(t, op);
+          if (path % 2) pg->all_reduce_async(t, op)->wait();
+          else pg->all_reduce(t, op);
           // Every rank's result, gathered: all equal to the bit.
           Tensor all = zeros({n * len}, TensorOptions().dtype(dt));
           pg->all_gather_into_tensor(all, t);
@@ -186,8 +189,10 @@ TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
           }
           results[path] = t.to(kFloat64);
         }
-        // The two paths: the same maths, summed in other orders.
-        auto a = results[0].to_vector<double>(), b = results[1].to_vector<double>();
+        // The same algorithm gives the same bits sync or async; the two algorithms agree to rounding.
+        EXPECT_TRUE(results[0].equal(results[1]) && results[2].equal(results[3]))
+            << label(std::string("all_reduce ") + reduce_op_name(op), dt, len, pg) << ": sync and async differ";
+        auto a = results[0].to_vector<double>(), b = results[2].to_vector<double>();
         double tol = dt == kBFloat16 ? 2e-2 : (dt == kFloat32 ? 1e-5 : 1e-12);
         for (int64_t i = 0; i < len; ++i) {
           double w = 0;
