@@ -129,33 +129,9 @@ struct DistributedDataParallel::Reducer {
   // PyTorch's compute_bucket_assignment_by_size over the reduced parameters in `order`: per (dtype,
   // device), a bucket closes once it holds at least its limit (the first limit, then the second).
   void assign_buckets(const std::vector<size_t>& order, int64_t first_bytes, int64_t cap_bytes) {
-    struct Open {
-      std::vector<size_t> vars;
-      int64_t bytes = 0;
-      bool first = true;
-    };
-    std::vector<std::pair<std::pair<int, std::string>, Open>> open;
-    std::vector<std::vector<size_t>> done;
-    for (size_t i : order) {
-      const Tensor& p = params[i];
-      std::pair<int, std::string> key{static_cast<int>(p.dtype()), p.device().str()};
-      auto it = std::find_if(open.begin(), open.end(), [&](const auto& o) { return o.first == key; });
-      if (it == open.end()) {
-        open.push_back({key, Open{}});
-        it = std::prev(open.end());
-      }
-      Open& b = it->second;
-      b.vars.push_back(i);
-      b.bytes += p.numel() * static_cast<int64_t>(p.element_size());
-      if (b.bytes >= (b.first ? first_bytes : cap_bytes)) {
-        done.push_back(std::move(b.vars));
-        b.vars.clear();
-        b.bytes = 0;
-        b.first = false;
-      }
-    }
-    for (auto& [key, b] : open)
-      if (!b.vars.empty()) done.push_back(std::move(b.vars));
+    std::vector<std::string> keys(params.size());
+    for (size_t i : order) keys[i] = std::string(dtype_name(params[i].dtype())) + "@" + params[i].device().str();
+    auto done = detail::bucket_assignment_by_size(params, order, keys, first_bytes, cap_bytes);
     // Sort by the position of the first parameter in `order` (the order their gradients come).
     std::vector<size_t> pos(params.size(), 0);
     for (size_t k = 0; k < order.size(); ++k) pos[order[k]] = k;
@@ -443,6 +419,42 @@ struct DistributedDataParallel::Reducer {
     }
   }
 };
+
+namespace detail {
+
+std::vector<std::vector<size_t>> bucket_assignment_by_size(const std::vector<Tensor>& params,
+                                                           const std::vector<size_t>& order,
+                                                           const std::vector<std::string>& keys,
+                                                           int64_t first_bytes, int64_t cap_bytes) {
+  struct Open {
+    std::string key;
+    std::vector<size_t> vars;
+    int64_t bytes = 0;
+    bool first = true;
+  };
+  std::vector<Open> open;  // one per key, in order of first appearance
+  std::vector<std::vector<size_t>> done;
+  for (size_t i : order) {
+    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.key == keys[i]; });
+    if (it == open.end()) {
+      open.push_back(Open{keys[i], {}, 0, true});
+      it = std::prev(open.end());
+    }
+    it->vars.push_back(i);
+    it->bytes += params[i].numel() * static_cast<int64_t>(params[i].element_size());
+    if (it->bytes >= (it->first ? first_bytes : cap_bytes)) {
+      done.push_back(std::move(it->vars));
+      it->vars.clear();
+      it->bytes = 0;
+      it->first = false;
+    }
+  }
+  for (auto& b : open)
+    if (!b.vars.empty()) done.push_back(std::move(b.vars));
+  return done;
+}
+
+}  // namespace detail
 
 // ------------------------------------------------------------------------------ DistributedDataParallel
 

@@ -2,6 +2,8 @@
 // (see zero.h).
 #include <troupe/comm/zero.h>
 
+#include <troupe/comm/ddp.h>
+
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -335,27 +337,13 @@ struct ShardCore : std::enable_shared_from_this<ShardCore> {
     const double mib = 1024.0 * 1024.0;
     const int64_t first_bytes = static_cast<int64_t>(first_bucket_mb * mib);
     const int64_t cap_bytes = static_cast<int64_t>(bucket_cap_mb * mib);
-    struct Open {
-      std::vector<size_t> vars;
-      int64_t bytes = 0;
-      bool first = true;
-    };
-    std::map<std::tuple<size_t, int, std::string>, Open> open;
-    std::vector<std::vector<size_t>> done;
+    std::vector<size_t> order;  // reverse registration order
+    std::vector<std::string> keys(params.size());
     for (size_t i = params.size(); i-- > 0;) {
-      const Tensor& p = params[i];
-      Open& b = open[{unit_of_param[i], static_cast<int>(p.dtype()), p.device().str()}];
-      b.vars.push_back(i);
-      b.bytes += p.numel() * static_cast<int64_t>(p.element_size());
-      if (b.bytes >= (b.first ? first_bytes : cap_bytes)) {
-        done.push_back(std::move(b.vars));
-        b.vars.clear();
-        b.bytes = 0;
-        b.first = false;
-      }
+      order.push_back(i);
+      keys[i] = std::to_string(unit_of_param[i]) + "/" + dtype_name(params[i].dtype()) + "@" + params[i].device().str();
     }
-    for (auto& [key, b] : open)
-      if (!b.vars.empty()) done.push_back(std::move(b.vars));
+    auto done = detail::bucket_assignment_by_size(params, order, keys, first_bytes, cap_bytes);
     for (auto& vars : done) std::sort(vars.begin(), vars.end());
     std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.front() < b.front(); });
     group_of.assign(params.size(), 0);
