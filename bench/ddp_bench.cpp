@@ -114,6 +114,32 @@ double max_over_ranks(const comm::ProcessGroupPtr& pg, double v) {
   return t.to_vector<double>()[0];
 }
 
+// Times each case's `step` into its `ms`: a warm-up (allocations, first-iteration work), then
+// cfg.samples samples of `steps` steps (from the slowest case, ~250 ms a sample, 60 with --quick), the
+// cases in rotating order, each sample after a barrier and the slowest rank's per-step mean. Returns
+// `steps`.
+template <typename C, typename Step>
+int time_cases(const comm::ProcessGroupPtr& pg, std::vector<std::unique_ptr<C>>& cases, Step step) {
+  double slowest = 0;
+  for (auto& c : cases) {
+    step(*c);
+    auto t0 = Clock::now();
+    for (int i = 0; i < 2; ++i) step(*c);
+    slowest = std::max(slowest, max_over_ranks(pg, ms_since(t0) / 2));
+  }
+  const int steps = std::max(1, static_cast<int>(std::ceil((cfg.quick ? 60.0 : 250.0) / slowest)));
+  for (int s = 0; s < cfg.samples; ++s) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      C& c = *cases[(k + static_cast<size_t>(s)) % cases.size()];
+      pg->barrier();
+      auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) step(c);
+      c.ms.push_back(max_over_ranks(pg, ms_since(t0) / steps));
+    }
+  }
+  return steps;
+}
+
 // Flattened parameters (float64 copies) of a module.
 std::vector<double> flat_params(const nn::Module& m) {
   std::vector<double> out;
@@ -229,23 +255,7 @@ bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& 
     c.zero ? c.zero->step() : c.fsdp->step();
     do_not_optimize(loss.item<float>());
   };
-  double slowest = 0;
-  for (auto& c : cases) {
-    step(*c);
-    auto t0 = Clock::now();
-    for (int i = 0; i < 2; ++i) step(*c);
-    slowest = std::max(slowest, max_over_ranks(pg, ms_since(t0) / 2));
-  }
-  const int steps = std::max(1, static_cast<int>(std::ceil((cfg.quick ? 60.0 : 250.0) / slowest)));
-  for (int s = 0; s < cfg.samples; ++s) {
-    for (size_t k = 0; k < cases.size(); ++k) {
-      ZeroCase& c = *cases[(k + static_cast<size_t>(s)) % cases.size()];
-      pg->barrier();
-      auto t0 = Clock::now();
-      for (int i = 0; i < steps; ++i) step(c);
-      c.ms.push_back(max_over_ranks(pg, ms_since(t0) / steps));
-    }
-  }
+  const int steps = time_cases(pg, cases, step);
   // Peak bytes per rank over one more step, and during its forward (the most of the ranks).
   for (auto& c : cases) {
     c->zero ? c->zero->zero_grad() : c->fsdp->zero_grad();
@@ -358,25 +368,8 @@ int bench(launch::Context& ctx) {
     c.opt->step();
     do_not_optimize(loss.item<float>());
   };
-  // Warm-up (allocations, first-iteration work), then the steps per sample from the slowest case.
-  double slowest = 0;
-  for (auto& c : cases) {
-    step(*c);
-    auto t0 = Clock::now();
-    for (int i = 0; i < 2; ++i) step(*c);
-    slowest = std::max(slowest, max_over_ranks(pg, ms_since(t0) / 2));
-  }
-  const int steps = std::max(1, static_cast<int>(std::ceil((cfg.quick ? 60.0 : 250.0) / slowest)));
+  const int steps = time_cases(pg, cases, step);
   const int samples = cfg.samples;
-  for (int s = 0; s < samples; ++s) {
-    for (size_t k = 0; k < cases.size(); ++k) {
-      Case& c = *cases[(k + static_cast<size_t>(s)) % cases.size()];
-      pg->barrier();
-      auto t0 = Clock::now();
-      for (int i = 0; i < steps; ++i) step(c);
-      c.ms.push_back(max_over_ranks(pg, ms_since(t0) / steps));
-    }
-  }
 
   // Checks: the DDP models agree across ranks and with each other.
   std::vector<double> one_bucket = flat_params(*cases[1]->inner);
