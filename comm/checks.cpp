@@ -60,4 +60,26 @@ void fail_all_to_all_sizes(const std::string& where, const Tensor& output, const
                   std::to_string(input.numel()));
 }
 
+NewGroupSplit new_group_split(const std::string& where, const std::vector<int>& ranks, int rank, int size) {
+  if (ranks.empty()) throw CommError(where + ": ranks is empty");
+  std::vector<bool> seen(size, false);
+  NewGroupSplit out;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the list
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= size) {
+      throw CommError(where + ": rank " + std::to_string(r) + " is not in [0, " + std::to_string(size) + ")");
+    }
+    if (seen[r]) throw CommError(where + ": rank " + std::to_string(r) + " appears twice");
+    seen[r] = true;
+    if (r == rank) {
+      out.color = 0;
+      out.key = static_cast<int>(i);
+    }
+    h = (h ^ static_cast<uint64_t>(r + 1)) * 1099511628211ull;
+  }
+  out.check = static_cast<int64_t>(h & 0x7fffffffffffffffull);
+  return out;
+}
+
 }  // namespace troupe::comm::detail

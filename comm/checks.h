@@ -37,6 +37,16 @@ std::string shape_str(const Tensor& t);
 [[noreturn]] void fail_all_to_all_sizes(const std::string& where, const Tensor& output, const Tensor& input,
                                         int size);
 
+/// new_group(ranks) as a split of the parent: this rank's color (0 in the group, -1 not), key (its index
+/// in `ranks`) and a hash of the list that every rank compares (all must pass the same list).
+struct NewGroupSplit {
+  int color = -1, key = 0;
+  int64_t check = 0;
+};
+/// Validates `ranks` (non-empty, each in [0, size), none twice; errors prefixed by `where`) and gives
+/// the split of rank `rank`.
+NewGroupSplit new_group_split(const std::string& where, const std::vector<int>& ranks, int rank, int size);
+
 /// An undefined tensor.
 template <class W>
 void check_defined(const W& where, const char* what, const Tensor& t) {

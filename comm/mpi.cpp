@@ -1322,22 +1322,8 @@ class MpiProcessGroup : public ProcessGroup {
 
   ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
     const char* fn = "new_group";
-    if (ranks.empty()) throw CommError(e_->where(fn) + ": ranks is empty");
-    std::vector<bool> seen(size(), false);
-    for (int r : ranks) {
-      if (r < 0 || r >= size()) {
-        throw CommError(e_->where(fn) + ": rank " + std::to_string(r) + " is not in [0, " + std::to_string(size()) + ")");
-      }
-      if (seen[r]) throw CommError(e_->where(fn) + ": rank " + std::to_string(r) + " appears twice");
-      seen[r] = true;
-    }
-    auto it = std::find(ranks.begin(), ranks.end(), rank());
-    int color = it == ranks.end() ? -1 : 0;
-    int key = it == ranks.end() ? 0 : static_cast<int>(it - ranks.begin());
-    // Every rank must pass the same list: compare a hash of it across ranks.
-    uint64_t h = 1469598103934665603ull;
-    for (int r : ranks) h = (h ^ static_cast<uint64_t>(r + 1)) * 1099511628211ull;
-    return make_subgroup(fn, color, key, static_cast<int64_t>(h & 0x7fffffffffffffffull), std::move(options));
+    auto g = detail::new_group_split(e_->where(fn), ranks, rank(), size());
+    return make_subgroup(fn, g.color, g.key, g.check, std::move(options));
   }
 
   ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
