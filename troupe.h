@@ -11,7 +11,12 @@
 // Layer: nn (Module tree, layers, losses, init, checkpoints)
 #include "nn/nn.h"
 
-// Layer: comm (process groups, collectives; local and mpi backends)
+// Layers: optim (optimizers, lr schedulers, swa_utils), data (Dataset, DataLoader, digits)
+#include "optim/optim.h"
+#include "data/data.h"
+
+// Layers: comm (process groups; local, mpi, nccl backends), parallel (DDP, ZeRO, FSDP), launch
 #include "comm/comm.h"
+#include "parallel/parallel.h"
 #include "launch/launch.h"
 // #include "actors/actors.h"

@@ -34,12 +34,14 @@
 //                     largest unit plus the shards (two units in backward with prefetch)
 // Check: every ZeRO case ends with the same parameters (the same averages whatever the schedule).
 #include <troupe/comm/comm.h>
+#include <troupe/optim/optim.h>
+#include <troupe/parallel/parallel.h>
 #include <troupe/launch/launch.h>
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/ops.h>
 
-#if __has_include(<troupe/comm/zero.h>)
-#include <troupe/comm/zero.h>
+#if __has_include(<troupe/parallel/zero.h>)
+#include <troupe/parallel/zero.h>
 #define TROUPE_BENCH_HAVE_ZERO 1
 #endif
 
@@ -98,11 +100,11 @@ struct Case {
 };
 
 std::unique_ptr<Case> make_case(const std::string& name, const comm::ProcessGroupPtr& pg,
-                                std::optional<comm::DDPOptions> ddp) {
+                                std::optional<parallel::DDPOptions> ddp) {
   auto c = std::make_unique<Case>();
   c->name = name;
   c->inner = make_mlp();
-  c->model = ddp ? nn::ModulePtr(std::make_shared<comm::DistributedDataParallel>(c->inner, pg, *ddp)) : c->inner;
+  c->model = ddp ? nn::ModulePtr(std::make_shared<parallel::DistributedDataParallel>(c->inner, pg, *ddp)) : c->inner;
   c->opt = std::make_unique<optim::SGD>(c->model->parameters(), optim::SGDOptions(0.01));
   return c;
 }
@@ -162,19 +164,19 @@ std::string mb(int64_t bytes) { return fmt("%.2f MB", static_cast<double>(bytes)
 
 #ifdef TROUPE_BENCH_HAVE_ZERO
 // Bytes per rank after one Adam step at stage 0 (plain DDP: full params, grads, state), 1, 2 or 3.
-comm::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& yc,
+parallel::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& yc,
                               const Tensor& yd) {
   auto factory = [](std::vector<Tensor> shards) {
     return std::make_unique<optim::Adam>(std::move(shards), optim::AdamOptions(1e-3));
   };
   auto model = make_mlp();
   if (stage == 0) {
-    auto ddp = std::make_shared<comm::DistributedDataParallel>(model, pg);
+    auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, pg);
     optim::Adam opt(ddp->parameters(), optim::AdamOptions(1e-3));
     opt.zero_grad();
     loss_of((*ddp)(x), yc, yd).backward();
     opt.step();
-    comm::ShardMemory m;
+    parallel::ShardMemory m;
     for (const auto& p : model->parameters()) {
       m.params += p.numel() * p.element_size();
       if (p.grad().defined()) m.grads += p.grad().numel() * p.grad().element_size();
@@ -189,13 +191,13 @@ comm::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const 
     return m;
   }
   if (stage == 3) {
-    auto fsdp = std::make_shared<comm::FullyShardedDataParallel>(model, factory, pg);
+    auto fsdp = std::make_shared<parallel::FullyShardedDataParallel>(model, factory, pg);
     fsdp->zero_grad();
     loss_of((*fsdp)(x), yc, yd).backward();
     fsdp->step();
     return fsdp->memory_per_rank();
   }
-  comm::ZeroOptimizer zero(model, factory, stage, pg);
+  parallel::ZeroOptimizer zero(model, factory, stage, pg);
   zero.zero_grad();
   loss_of((*model)(x), yc, yd).backward();
   zero.step();
@@ -206,10 +208,10 @@ comm::ShardMemory zero_memory(int stage, const comm::ProcessGroupPtr& pg, const 
 struct ZeroCase {
   std::string name;
   nn::ModulePtr model;
-  std::unique_ptr<comm::ZeroOptimizer> zero;
-  std::shared_ptr<comm::FullyShardedDataParallel> fsdp;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  std::shared_ptr<parallel::FullyShardedDataParallel> fsdp;
   std::vector<double> ms;
-  comm::ShardMemory peak;
+  parallel::ShardMemory peak;
   int64_t forward_peak_params = 0;  // FSDP: the most parameter bytes during forward
 };
 
@@ -219,33 +221,33 @@ bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& 
     return std::make_unique<optim::SGD>(std::move(shards), optim::SGDOptions(0.01));
   };
   const double huge = 1e6;  // MiB: one bucket
-  auto zero_case = [&](const std::string& name, comm::ZeroOptions o) {
+  auto zero_case = [&](const std::string& name, parallel::ZeroOptions o) {
     auto c = std::make_unique<ZeroCase>();
     c->name = name;
     c->model = make_mlp();
-    c->zero = std::make_unique<comm::ZeroOptimizer>(c->model, sgd, 2, pg, o);
+    c->zero = std::make_unique<parallel::ZeroOptimizer>(c->model, sgd, 2, pg, o);
     return c;
   };
-  auto fsdp_case = [&](const std::string& name, comm::FSDPOptions o) {
+  auto fsdp_case = [&](const std::string& name, parallel::FSDPOptions o) {
     auto c = std::make_unique<ZeroCase>();
     c->name = name;
     c->model = make_mlp();
-    c->fsdp = std::make_shared<comm::FullyShardedDataParallel>(c->model, sgd, pg, o);
+    c->fsdp = std::make_shared<parallel::FullyShardedDataParallel>(c->model, sgd, pg, o);
     return c;
   };
   std::vector<std::unique_ptr<ZeroCase>> cases;
   cases.push_back(zero_case("ZeRO-2 before: one bucket, in step()",
-                            comm::ZeroOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
-  cases.push_back(zero_case("ZeRO-2 overlapped: buckets 1+25 MiB", comm::ZeroOptions()));
+                            parallel::ZeroOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
+  cases.push_back(zero_case("ZeRO-2 overlapped: buckets 1+25 MiB", parallel::ZeroOptions()));
   cases.push_back(fsdp_case("FSDP before: one unit, one bucket, in step()",
-                            comm::FSDPOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
-  cases.push_back(fsdp_case("FSDP overlapped: one unit, buckets 1+25 MiB", comm::FSDPOptions()));
+                            parallel::FSDPOptions().overlap_comm(false).bucket_cap_mb(huge).first_bucket_mb(huge)));
+  cases.push_back(fsdp_case("FSDP overlapped: one unit, buckets 1+25 MiB", parallel::FSDPOptions()));
   cases.push_back(fsdp_case("FSDP units (children), reshard_after_forward",
-                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy())));
+                            parallel::FSDPOptions().auto_wrap_policy(parallel::children_wrap_policy())));
   cases.push_back(fsdp_case("FSDP units (children), reshard, prefetch",
-                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy()).backward_prefetch(true)));
+                            parallel::FSDPOptions().auto_wrap_policy(parallel::children_wrap_policy()).backward_prefetch(true)));
   cases.push_back(fsdp_case("FSDP units (children), kept after forward",
-                            comm::FSDPOptions().auto_wrap_policy(comm::children_wrap_policy()).reshard_after_forward(false)));
+                            parallel::FSDPOptions().auto_wrap_policy(parallel::children_wrap_policy()).reshard_after_forward(false)));
 
   auto step = [&](ZeroCase& c) {
     c.zero ? c.zero->zero_grad() : c.fsdp->zero_grad();
@@ -266,7 +268,7 @@ bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& 
           static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(c->fsdp->max_memory_per_rank().params)));
     loss.backward();
     c->zero ? c->zero->step() : c->fsdp->step();
-    comm::ShardMemory m = c->zero ? c->zero->max_memory_per_rank() : c->fsdp->max_memory_per_rank();
+    parallel::ShardMemory m = c->zero ? c->zero->max_memory_per_rank() : c->fsdp->max_memory_per_rank();
     c->peak.params = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.params)));
     c->peak.grads = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.grads)));
     c->peak.optimizer_state = static_cast<int64_t>(max_over_ranks(pg, static_cast<double>(m.optimizer_state)));
@@ -343,18 +345,18 @@ int bench(launch::Context& ctx) {
   std::vector<std::unique_ptr<Case>> cases;
   cases.push_back(make_case("local step (no communication)", pg, std::nullopt));
   cases.push_back(make_case("DDP one bucket (all_reduce after backward)", pg,
-                            comm::DDPOptions().first_bucket_mb(1e6).bucket_cap_mb(1e6)));
-  cases.push_back(make_case("DDP buckets 1+25 MiB (overlapped, default)", pg, comm::DDPOptions()));
+                            parallel::DDPOptions().first_bucket_mb(1e6).bucket_cap_mb(1e6)));
+  cases.push_back(make_case("DDP buckets 1+25 MiB (overlapped, default)", pg, parallel::DDPOptions()));
   cases.push_back(make_case("DDP one bucket per tensor (overlapped)", pg,
-                            comm::DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)));
+                            parallel::DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)));
   cases.push_back(make_case("DDP buckets 1+25 MiB, gradient_as_bucket_view", pg,
-                            comm::DDPOptions().gradient_as_bucket_view(true)));
+                            parallel::DDPOptions().gradient_as_bucket_view(true)));
   if (me == 0) {
     int64_t nparams = 0;
     for (const auto& p : cases[0]->inner->parameters()) nparams += p.numel();
     std::printf("parameters: %lld (%.2f MB float32)\n", (long long)nparams, nparams * 4 / 1e6);
     for (size_t i = 1; i < cases.size(); ++i) {
-      auto* ddp = dynamic_cast<comm::DistributedDataParallel*>(cases[i]->model.get());
+      auto* ddp = dynamic_cast<parallel::DistributedDataParallel*>(cases[i]->model.get());
       std::string s;
       for (int64_t b : ddp->bucket_bytes()) s += (s.empty() ? "" : ", ") + mb(b);
       std::printf("  %-48s buckets (reduction order): %s\n", cases[i]->name.c_str(), s.c_str());
@@ -407,7 +409,7 @@ int bench(launch::Context& ctx) {
   // ZeRO memory per rank: world size 1 (a local group of one on each rank) and the world.
   auto single = comm::make_local_groups(1)[0];
   struct Mem {
-    comm::ShardMemory one, world;
+    parallel::ShardMemory one, world;
   };
   std::vector<Mem> mems;
   for (int stage = 0; stage <= 3; ++stage) mems.push_back({zero_memory(stage, single, x, yc, yd), zero_memory(stage, pg, x, yc, yd)});
@@ -417,7 +419,7 @@ int bench(launch::Context& ctx) {
                 "total N/1");
     const char* names[] = {"0 (DDP, unsharded)", "1 (optimizer state)", "2 (+ gradients)", "3 (+ parameters, FSDP)"};
     for (int s = 0; s <= 3; ++s) {
-      auto col = [](const comm::ShardMemory& m) {
+      auto col = [](const parallel::ShardMemory& m) {
         return mb(m.total()) + " (" + fmt("%.1f", m.params / 1e6) + " / " + fmt("%.1f", m.grads / 1e6) + " / " +
                fmt("%.1f", m.optimizer_state / 1e6) + ")";
       };

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include <troupe/nn/optim/optim.h>
+#include <troupe/optim/optim.h>
 #include <troupe/tensor/ops.h>
 #include <troupe/tensor/parallel.h>
 #include <troupe/tensor/random.h>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <troupe/nn/nn.h>
-#include <troupe/nn/optim/swa_utils.h>
+#include <troupe/optim/swa_utils.h>
 #include <troupe/tensor/ops.h>
 #include <troupe/tensor/parallel.h>
 

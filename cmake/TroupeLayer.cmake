@@ -1,4 +1,4 @@
-# Helpers shared by the layer libraries (tensor now; nn, comm, actors later).
+# Helpers shared by the layer libraries (one per folder: tensor, util, nn, optim, data, comm, parallel, launch).
 include_guard(GLOBAL)
 
 # troupe_layer_setup(<target> LAYER <dir>)
@@ -13,12 +13,19 @@ function(troupe_layer_setup target)
   endif()
 
   add_library(Troupe::${target} ALIAS ${target})
-  target_compile_features(${target} PUBLIC cxx_std_20)
-  target_include_directories(${target} PUBLIC
+  # A header-only layer (util) is an INTERFACE library: its requirements are INTERFACE ones.
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "INTERFACE_LIBRARY")
+    set(_scope INTERFACE)
+  else()
+    set(_scope PUBLIC)
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endif()
+  target_compile_features(${target} ${_scope} cxx_std_20)
+  target_include_directories(${target} ${_scope}
     "$<BUILD_INTERFACE:${TROUPE_BUILD_INCLUDE_DIR}>"
     "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>"
     "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
-  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 
   install(TARGETS ${target}
     EXPORT TroupeTargets

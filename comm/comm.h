@@ -3,10 +3,8 @@
 // (TROUPE_HAVE_NCCL).
 #pragma once
 
-#include <troupe/comm/ddp.h>
 #include <troupe/comm/local.h>
 #include <troupe/comm/process_group.h>
-#include <troupe/comm/zero.h>
 #ifdef TROUPE_HAVE_MPI
 #include <troupe/comm/mpi.h>
 #endif

@@ -109,7 +109,7 @@ int train(const Config& cfg, launch::Context& ctx) {
     manual_seed(cfg.seed);
     model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
   }
-  auto ddp = std::make_shared<comm::DistributedDataParallel>(model, ctx.world);
+  auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, ctx.world);
   optim::SGD optimizer(ddp->parameters(), optim::SGDOptions(cfg.lr).momentum(0.9).weight_decay(1e-4));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/cfg.epochs);
   nn::CrossEntropyLoss loss_fn;

@@ -16,16 +16,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include <troupe/nn/ordered_dict.h>
+#include <troupe/nn/state_dict.h>
 #include <troupe/nn/value.h>
+#include <troupe/util/ordered_dict.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::nn {
 
 class Module;
 using ModulePtr = std::shared_ptr<Module>;
-/// A state_dict: dotted names -> tensors, in PyTorch's order.
-using StateDict = OrderedDict<Tensor>;
 
 /// nn.Parameter(t, requires_grad): a leaf sharing t's data, with requires_grad set.
 Tensor Parameter(const Tensor& t, bool requires_grad = true);

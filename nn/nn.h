@@ -18,7 +18,4 @@
 #include <troupe/nn/registry.h>
 #include <troupe/nn/safetensors.h>
 #include <troupe/nn/serialize.h>
-#include <troupe/nn/data/data.h>
-#include <troupe/nn/optim/optim.h>
-#include <troupe/nn/optim/swa_utils.h>
 #include <troupe/nn/utils/utils.h>

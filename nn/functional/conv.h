@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <troupe/nn/expanding_array.h>
+#include <troupe/util/expanding_array.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::nn {

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 
@@ -12,7 +12,7 @@ namespace troupe::nn::functional {
 
 Tensor dropout(const Tensor& input, double p, bool training, bool inplace) {
   if (p < 0.0 || p > 1.0 || p != p)
-    throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + detail::py_float(p));
+    throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + util::py_float(p));
   if (!input.defined()) throw std::invalid_argument("[dropout] got an undefined tensor");
   if (p == 0 || !training || input.numel() == 0) return input;
   Tensor self = input;

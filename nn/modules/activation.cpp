@@ -3,7 +3,7 @@
 #include <troupe/nn/modules/activation.h>
 
 #include <troupe/nn/functional/activation.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 
 namespace troupe::nn {
 
@@ -16,16 +16,16 @@ Tensor LeakyReLU::forward(const Tensor& input) {
   return F::leaky_relu(input, options.negative_slope(), options.inplace());
 }
 std::string LeakyReLU::extra_repr() const {
-  return "negative_slope=" + detail::py_float(options.negative_slope()) + (options.inplace() ? ", inplace=True" : "");
+  return "negative_slope=" + util::py_float(options.negative_slope()) + (options.inplace() ? ", inplace=True" : "");
 }
 
 Tensor ELU::forward(const Tensor& input) { return F::elu(input, options.alpha(), options.inplace()); }
 std::string ELU::extra_repr() const {
-  return "alpha=" + detail::py_float(options.alpha()) + (options.inplace() ? ", inplace=True" : "");
+  return "alpha=" + util::py_float(options.alpha()) + (options.inplace() ? ", inplace=True" : "");
 }
 
 Tensor GELU::forward(const Tensor& input) { return F::gelu(input, options.approximate()); }
-std::string GELU::extra_repr() const { return "approximate=" + detail::py_str(options.approximate()); }
+std::string GELU::extra_repr() const { return "approximate=" + util::py_str(options.approximate()); }
 
 Tensor SiLU::forward(const Tensor& input) { return F::silu(input, options.inplace()); }
 std::string SiLU::extra_repr() const { return options.inplace() ? "inplace=True" : ""; }

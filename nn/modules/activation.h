@@ -8,7 +8,7 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
-#include <troupe/nn/options.h>
+#include <troupe/util/options.h>
 
 namespace troupe::nn {
 

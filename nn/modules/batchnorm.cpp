@@ -6,7 +6,7 @@
 
 #include <troupe/nn/functional/normalization.h>
 #include <troupe/nn/init.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 
@@ -76,9 +76,9 @@ Tensor BatchNormBase::forward(const Tensor& input) {
 
 std::string BatchNormBase::extra_repr() const {
   const auto& o = options;
-  return std::to_string(o.num_features()) + ", eps=" + detail::py_float(o.eps()) +
-         ", momentum=" + (o.momentum() ? detail::py_float(*o.momentum()) : std::string("None")) +
-         ", affine=" + detail::py_bool(o.affine()) + ", track_running_stats=" + detail::py_bool(o.track_running_stats());
+  return std::to_string(o.num_features()) + ", eps=" + util::py_float(o.eps()) +
+         ", momentum=" + (o.momentum() ? util::py_float(*o.momentum()) : std::string("None")) +
+         ", affine=" + util::py_bool(o.affine()) + ", track_running_stats=" + util::py_bool(o.track_running_stats());
 }
 
 void BatchNorm1d::check_input_dim(const Tensor& input) const {

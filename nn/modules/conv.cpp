@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include <troupe/nn/init.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 

@@ -6,11 +6,11 @@
 #include <optional>
 #include <string>
 
-#include <troupe/nn/expanding_array.h>
+#include <troupe/util/expanding_array.h>
 #include <troupe/nn/functional/conv.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
-#include <troupe/nn/options.h>
+#include <troupe/util/options.h>
 
 namespace troupe::nn {
 

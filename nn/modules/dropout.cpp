@@ -4,14 +4,14 @@
 #include <stdexcept>
 
 #include <troupe/nn/functional/dropout.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 
 namespace troupe::nn {
 
 Dropout::Dropout(const DropoutOptions& options_) : options(options_) {
   const double p = options.p();
   if (!(p >= 0.0 && p <= 1.0))
-    throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + detail::py_float(p));
+    throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + util::py_float(p));
 }
 
 Tensor Dropout::forward(const Tensor& input) {
@@ -19,7 +19,7 @@ Tensor Dropout::forward(const Tensor& input) {
 }
 
 std::string Dropout::extra_repr() const {
-  return "p=" + detail::py_float(options.p()) + ", inplace=" + detail::py_bool(options.inplace());
+  return "p=" + util::py_float(options.p()) + ", inplace=" + util::py_bool(options.inplace());
 }
 
 }  // namespace troupe::nn

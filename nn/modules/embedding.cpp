@@ -5,7 +5,7 @@
 
 #include <troupe/nn/functional/embedding.h>
 #include <troupe/nn/init.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 
@@ -78,8 +78,8 @@ Tensor Embedding::forward(const Tensor& input) {
 std::string Embedding::extra_repr() const {
   std::string s = std::to_string(options.num_embeddings()) + ", " + std::to_string(options.embedding_dim());
   if (options.padding_idx()) s += ", padding_idx=" + std::to_string(*options.padding_idx());
-  if (options.max_norm()) s += ", max_norm=" + detail::py_float(*options.max_norm());
-  if (options.norm_type() != 2) s += ", norm_type=" + detail::py_float(options.norm_type());
+  if (options.max_norm()) s += ", max_norm=" + util::py_float(*options.max_norm());
+  if (options.norm_type() != 2) s += ", norm_type=" + util::py_float(options.norm_type());
   if (options.scale_grad_by_freq()) s += ", scale_grad_by_freq=True";
   if (options.sparse()) s += ", sparse=True";
   return s;

@@ -6,7 +6,7 @@
 
 #include <troupe/nn/functional/linear.h>
 #include <troupe/nn/init.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::nn {
@@ -43,7 +43,7 @@ Tensor Linear::forward(const Tensor& input) { return functional::linear(input, w
 
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(options.in_features()) +
-         ", out_features=" + std::to_string(options.out_features()) + ", bias=" + detail::py_bool(bias.defined());
+         ", out_features=" + std::to_string(options.out_features()) + ", bias=" + util::py_bool(bias.defined());
 }
 
 Tensor Flatten::forward(const Tensor& input) { return input.flatten(options.start_dim(), options.end_dim()); }
@@ -55,7 +55,7 @@ std::string Flatten::extra_repr() const {
 Tensor Unflatten::forward(const Tensor& input) { return input.unflatten(options.dim(), options.unflattened_size()); }
 
 std::string Unflatten::extra_repr() const {
-  return "dim=" + std::to_string(options.dim()) + ", unflattened_size=" + detail::py_tuple(options.unflattened_size());
+  return "dim=" + std::to_string(options.dim()) + ", unflattened_size=" + util::py_tuple(options.unflattened_size());
 }
 
 }  // namespace troupe::nn

@@ -15,7 +15,7 @@
 #include <troupe/nn/functional/loss.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
-#include <troupe/nn/options.h>
+#include <troupe/util/options.h>
 
 namespace troupe::nn {
 

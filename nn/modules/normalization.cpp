@@ -3,7 +3,7 @@
 
 #include <troupe/nn/functional/normalization.h>
 #include <troupe/nn/init.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::nn {
@@ -41,8 +41,8 @@ Tensor LayerNorm::forward(const Tensor& input) {
 }
 
 std::string LayerNorm::extra_repr() const {
-  return detail::py_tuple(options.normalized_shape()) + ", eps=" + detail::py_float(options.eps()) +
-         ", elementwise_affine=" + detail::py_bool(options.elementwise_affine());
+  return util::py_tuple(options.normalized_shape()) + ", eps=" + util::py_float(options.eps()) +
+         ", elementwise_affine=" + util::py_bool(options.elementwise_affine());
 }
 
 }  // namespace troupe::nn

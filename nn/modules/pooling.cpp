@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include <troupe/nn/functional/pooling.h>
-#include <troupe/nn/modules/python_format.h>
+#include <troupe/util/python_format.h>
 
 namespace troupe::nn {
 
@@ -44,7 +44,7 @@ Value MaxPool2d::forward_args(const Args& args, const Kwargs& kwargs) {
 std::string MaxPool2d::extra_repr() const {
   const auto& o = options;
   return "kernel_size=" + o.kernel_size().str() + ", stride=" + o.stride().str() + ", padding=" + o.padding().str() +
-         ", dilation=" + o.dilation().str() + ", ceil_mode=" + detail::py_bool(o.ceil_mode());
+         ", dilation=" + o.dilation().str() + ", ceil_mode=" + util::py_bool(o.ceil_mode());
 }
 
 AvgPool2d::AvgPool2d(const AvgPool2dOptions& options_) : options(options_) {}
