@@ -12,25 +12,6 @@ namespace troupe::optim {
 
 // ---- options and state
 
-void AdamOptions::write(StateDict& out, const std::string& prefix) const {
-  write_scalar(out, prefix + "lr", lr_);
-  write_scalar(out, prefix + "betas.0", std::get<0>(betas_));
-  write_scalar(out, prefix + "betas.1", std::get<1>(betas_));
-  write_scalar(out, prefix + "eps", eps_);
-  write_scalar(out, prefix + "weight_decay", weight_decay_);
-  write_scalar(out, prefix + "amsgrad", amsgrad_ ? 1 : 0);
-  write_scalar(out, prefix + "maximize", maximize_ ? 1 : 0);
-}
-
-void AdamOptions::read(const StateDict& in, const std::string& prefix) {
-  lr_ = read_scalar(in, prefix + "lr");
-  betas_ = std::make_tuple(read_scalar(in, prefix + "betas.0"), read_scalar(in, prefix + "betas.1"));
-  eps_ = read_scalar(in, prefix + "eps");
-  weight_decay_ = read_scalar(in, prefix + "weight_decay");
-  amsgrad_ = read_scalar(in, prefix + "amsgrad") != 0;
-  maximize_ = read_scalar(in, prefix + "maximize") != 0;
-}
-
 void AdamParamState::write(StateDict& out, const std::string& prefix) const {
   // PyTorch keeps the step as a float32 scalar tensor (torch.tensor(0.)); exact below 2^24 steps.
   out.insert_or_assign(prefix + "step", scalar_tensor(static_cast<double>(step_), TensorOptions().dtype(kFloat32)));

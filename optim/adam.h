@@ -13,6 +13,7 @@
 // "maximize".
 #pragma once
 
+#include <array>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -23,7 +24,7 @@
 namespace troupe::optim {
 
 /// Adam's options (PyTorch's defaults).
-struct AdamOptions : public OptimizerCloneableOptions<AdamOptions> {
+struct AdamOptions : public OptimizerFieldOptions<AdamOptions> {
   AdamOptions(double lr = 1e-3) : lr_(lr) {}
   /// Learning rate.
   TROUPE_ARG(double, lr) = 1e-3;
@@ -42,10 +43,16 @@ struct AdamOptions : public OptimizerCloneableOptions<AdamOptions> {
   TROUPE_ARG(bool, maximize) = false;
 
  public:
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  void write(StateDict& out, const std::string& prefix) const override;
-  void read(const StateDict& in, const std::string& prefix) override;
+  /// Every option in PyTorch's param-group order: state_dict write/read and printing use this list.
+  static constexpr auto fields() {
+    return std::array{
+        TROUPE_OPTION_FIELD(AdamOptions, lr),
+        TROUPE_OPTION_FIELD(AdamOptions, betas),
+        TROUPE_OPTION_FIELD(AdamOptions, eps),
+        TROUPE_OPTION_FIELD(AdamOptions, weight_decay),
+        TROUPE_OPTION_FIELD(AdamOptions, amsgrad),
+        TROUPE_OPTION_FIELD(AdamOptions, maximize)};
+  }
 };
 
 /// Adam's (and AdamW's) state of one parameter.
@@ -67,6 +74,8 @@ struct AdamParamState : public OptimizerCloneableParamState<AdamParamState> {
 /// Adam: adaptive moment estimation, with L2 weight decay added to the gradient and optional AMSGrad.
 class Adam : public Optimizer {
  public:
+  /// "Adam".
+  std::string name() const override { return "Adam"; }
   /// Errors as PyTorch's ("Invalid learning rate: -1", "Invalid beta parameter at index 0: 1.5"),
   /// checked on `defaults` before the parameters.
   Adam(std::vector<OptimizerParamGroup> param_groups, AdamOptions defaults = {});

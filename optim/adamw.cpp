@@ -5,25 +5,6 @@
 
 namespace troupe::optim {
 
-void AdamWOptions::write(StateDict& out, const std::string& prefix) const {
-  write_scalar(out, prefix + "lr", lr_);
-  write_scalar(out, prefix + "betas.0", std::get<0>(betas_));
-  write_scalar(out, prefix + "betas.1", std::get<1>(betas_));
-  write_scalar(out, prefix + "eps", eps_);
-  write_scalar(out, prefix + "weight_decay", weight_decay_);
-  write_scalar(out, prefix + "amsgrad", amsgrad_ ? 1 : 0);
-  write_scalar(out, prefix + "maximize", maximize_ ? 1 : 0);
-}
-
-void AdamWOptions::read(const StateDict& in, const std::string& prefix) {
-  lr_ = read_scalar(in, prefix + "lr");
-  betas_ = std::make_tuple(read_scalar(in, prefix + "betas.0"), read_scalar(in, prefix + "betas.1"));
-  eps_ = read_scalar(in, prefix + "eps");
-  weight_decay_ = read_scalar(in, prefix + "weight_decay");
-  amsgrad_ = read_scalar(in, prefix + "amsgrad") != 0;
-  maximize_ = read_scalar(in, prefix + "maximize") != 0;
-}
-
 namespace {
 std::unique_ptr<OptimizerOptions> checked(const AdamWOptions& o) {
   detail::check_adam_options(o.lr(), o.eps(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay());

@@ -8,6 +8,7 @@
 // state_dict: as Adam's ("step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"; the same options).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -19,7 +20,7 @@
 namespace troupe::optim {
 
 /// AdamW's options (PyTorch's defaults: weight_decay 1e-2, unlike Adam's 0).
-struct AdamWOptions : public OptimizerCloneableOptions<AdamWOptions> {
+struct AdamWOptions : public OptimizerFieldOptions<AdamWOptions> {
   AdamWOptions(double lr = 1e-3) : lr_(lr) {}
   /// Learning rate.
   TROUPE_ARG(double, lr) = 1e-3;
@@ -38,10 +39,16 @@ struct AdamWOptions : public OptimizerCloneableOptions<AdamWOptions> {
   TROUPE_ARG(bool, maximize) = false;
 
  public:
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  void write(StateDict& out, const std::string& prefix) const override;
-  void read(const StateDict& in, const std::string& prefix) override;
+  /// Every option in PyTorch's param-group order: state_dict write/read and printing use this list.
+  static constexpr auto fields() {
+    return std::array{
+        TROUPE_OPTION_FIELD(AdamWOptions, lr),
+        TROUPE_OPTION_FIELD(AdamWOptions, betas),
+        TROUPE_OPTION_FIELD(AdamWOptions, eps),
+        TROUPE_OPTION_FIELD(AdamWOptions, weight_decay),
+        TROUPE_OPTION_FIELD(AdamWOptions, amsgrad),
+        TROUPE_OPTION_FIELD(AdamWOptions, maximize)};
+  }
 };
 
 /// AdamW's state of one parameter: the same as Adam's.
@@ -50,6 +57,8 @@ using AdamWParamState = AdamParamState;
 /// AdamW: Adam with decoupled weight decay.
 class AdamW : public Optimizer {
  public:
+  /// "AdamW".
+  std::string name() const override { return "AdamW"; }
   /// Errors as Adam's, checked on `defaults` before the parameters.
   AdamW(std::vector<OptimizerParamGroup> param_groups, AdamWOptions defaults = {});
   AdamW(std::vector<Tensor> params, AdamWOptions defaults = {});

@@ -129,13 +129,7 @@ TROUPE_OPTIM_INLINE T nan_maximum(T a, T b) {
   return a != a ? a : (a > b ? a : b);
 }
 
-/// Python's text of a number passed as an option, for error messages: an integral value as the int a
-/// Python user writes ("-1"), any other as repr(float) ("-0.1", "1.5", "1e-05", "nan").
-inline std::string py_number(double v) {
-  if (std::isfinite(v) && v == std::trunc(v) && std::abs(v) < 1e16)
-    return std::to_string(static_cast<long long>(v));
-  return util::py_float(v);
-}
+using util::py_number;
 
 }  // namespace troupe::optim::detail
 

@@ -1,11 +1,14 @@
+// Optimizer base: parameter groups, per-parameter state, zero_grad, state_dict / load_state_dict, printing.
 #include <troupe/optim/optimizer.h>
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_set>
 
 #include <troupe/tensor/autograd.h>
+#include <troupe/util/python_format.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::optim {
@@ -29,6 +32,46 @@ double read_scalar(const StateDict& in, const std::string& key) {
   if (!v) throw std::invalid_argument("[Optimizer.load_state_dict] missing key '" + key + "'");
   return *v;
 }
+
+namespace detail {
+
+void write_option(StateDict& out, const std::string& key, double v) { write_scalar(out, key, v); }
+void write_option(StateDict& out, const std::string& key, bool v) { write_scalar(out, key, v ? 1 : 0); }
+void write_option(StateDict& out, const std::string& key, const std::tuple<double, double>& v) {
+  write_scalar(out, key + ".0", std::get<0>(v));
+  write_scalar(out, key + ".1", std::get<1>(v));
+}
+void read_option(const StateDict& in, const std::string& key, double& v) { v = read_scalar(in, key); }
+void read_option(const StateDict& in, const std::string& key, bool& v) { v = read_scalar(in, key) != 0; }
+void read_option(const StateDict& in, const std::string& key, std::tuple<double, double>& v) {
+  v = std::make_tuple(read_scalar(in, key + ".0"), read_scalar(in, key + ".1"));
+}
+std::string option_repr(double v) { return util::py_number(v); }
+std::string option_repr(bool v) { return util::py_bool(v); }
+std::string option_repr(const std::tuple<double, double>& v) {
+  return "(" + util::py_number(std::get<0>(v)) + ", " + util::py_number(std::get<1>(v)) + ")";
+}
+
+}  // namespace detail
+
+std::vector<std::pair<std::string, std::string>> OptimizerOptions::repr_items() const {
+  return {{"lr", util::py_number(get_lr())}};
+}
+
+std::string Optimizer::repr() const {
+  std::string out = name() + " (";
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& group = param_groups_[g];
+    auto items = group.options().repr_items();
+    if (group.initial_lr()) items.emplace_back("initial_lr", util::py_number(*group.initial_lr()));
+    std::sort(items.begin(), items.end());
+    out += "\nParameter Group " + std::to_string(g) + "\n";
+    for (const auto& [key, value] : items) out += "    " + key + ": " + value + "\n";
+  }
+  return out + ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Optimizer& optimizer) { return os << optimizer.repr(); }
 
 Tensor state_tensor_like(const Tensor& src, const Tensor& like) {
   NoGradGuard no_grad;

@@ -15,8 +15,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <troupe/nn/state_dict.h>
@@ -44,15 +48,73 @@ class OptimizerOptions {
   virtual void write(StateDict& out, const std::string& prefix) const = 0;
   /// Reads what write() wrote.
   virtual void read(const StateDict& in, const std::string& prefix) = 0;
+  /// (name, Python's text of the value) of every option, as print(optimizer) shows them ("lr", "0.1");
+  /// by default the lr alone.
+  virtual std::vector<std::pair<std::string, std::string>> repr_items() const;
 };
 
-/// Gives an options struct its clone().
+namespace detail {
+/// One option of a param group: its name (state_dict key; a pair such as betas is written as "betas.0"
+/// and "betas.1") and the member that holds it.
+template <class O>
+struct OptionField {
+  const char* name;
+  std::variant<double O::*, bool O::*, std::tuple<double, double> O::*> member;
+};
+/// The OptionField of options struct O's TROUPE_ARG `name` (member name_), for O::fields().
+#define TROUPE_OPTION_FIELD(O, name) ::troupe::optim::detail::option_field(#name, &O::name##_)
+/// An OptionField of O's member `m`.
+template <class O, class T>
+constexpr OptionField<O> option_field(const char* name, T O::*m) {
+  return {name, m};
+}
+void write_option(StateDict& out, const std::string& key, double v);
+void write_option(StateDict& out, const std::string& key, bool v);
+void write_option(StateDict& out, const std::string& key, const std::tuple<double, double>& v);
+void read_option(const StateDict& in, const std::string& key, double& v);
+void read_option(const StateDict& in, const std::string& key, bool& v);
+void read_option(const StateDict& in, const std::string& key, std::tuple<double, double>& v);
+/// Python's text of an option value: 0.1, 0 (an integral value as the int a user writes), True, (0.9, 0.999).
+std::string option_repr(double v);
+std::string option_repr(bool v);
+std::string option_repr(const std::tuple<double, double>& v);
+}  // namespace detail
+
+/// Gives an options struct its clone() (libtorch's OptimizerCloneableOptions).
 template <class Derived>
 class OptimizerCloneableOptions : public OptimizerOptions {
  public:
   std::unique_ptr<OptimizerOptions> clone() const override {
     return std::make_unique<Derived>(static_cast<const Derived&>(*this));
   }
+};
+
+/// Gives an options struct clone(), the lr accessors, and state_dict write/read and printing, all
+/// driven by its one list of fields, `static constexpr auto fields()` (an array of
+/// TROUPE_OPTION_FIELD, in PyTorch's param-group order).
+template <class Derived>
+class OptimizerFieldOptions : public OptimizerCloneableOptions<Derived> {
+ public:
+  double get_lr() const override { return self().lr(); }
+  void set_lr(double lr) override { static_cast<Derived&>(*this).lr(lr); }
+  void write(StateDict& out, const std::string& prefix) const override {
+    for (const auto& f : Derived::fields())
+      std::visit([&](auto m) { detail::write_option(out, prefix + f.name, self().*m); }, f.member);
+  }
+  void read(const StateDict& in, const std::string& prefix) override {
+    for (const auto& f : Derived::fields())
+      std::visit([&](auto m) { detail::read_option(in, prefix + f.name, static_cast<Derived&>(*this).*m); },
+                 f.member);
+  }
+  std::vector<std::pair<std::string, std::string>> repr_items() const override {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const auto& f : Derived::fields())
+      std::visit([&](auto m) { items.emplace_back(f.name, detail::option_repr(self().*m)); }, f.member);
+    return items;
+  }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
 };
 
 /// The state an optimizer keeps for one parameter (momentum buffer, Adam's moments, step count).
@@ -132,6 +194,11 @@ class Optimizer {
   std::vector<Tensor> parameters() const;
   /// Number of parameters over all groups.
   size_t size() const;
+  /// The class name print(optimizer) starts with ("SGD", "Adam").
+  virtual std::string name() const { return "Optimizer"; }
+  /// print(optimizer) in PyTorch's layout: "SGD (\nParameter Group 0\n    dampening: 0\n    lr: 0.1\n...)",
+  /// each group's options (and initial_lr once a scheduler set it) sorted by name.
+  std::string repr() const;
 
   /// Per-parameter state, keyed by the parameter's TensorImpl (its identity).
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>>& state() { return state_; }
@@ -165,6 +232,9 @@ class Optimizer {
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
   std::unique_ptr<OptimizerOptions> defaults_;
 };
+
+/// Writes optimizer.repr().
+std::ostream& operator<<(std::ostream& os, const Optimizer& optimizer);
 
 /// Copies `src` (a saved state tensor) onto `like`'s device and, when both are floating point, its
 /// dtype, as PyTorch's Optimizer.load_state_dict casts state to its parameter.

@@ -12,27 +12,6 @@ namespace troupe::optim {
 
 // ---- options and state
 
-void RMSpropOptions::write(StateDict& out, const std::string& prefix) const {
-  // PyTorch's group order: lr, momentum, alpha, eps, centered, weight_decay, maximize.
-  write_scalar(out, prefix + "lr", lr_);
-  write_scalar(out, prefix + "momentum", momentum_);
-  write_scalar(out, prefix + "alpha", alpha_);
-  write_scalar(out, prefix + "eps", eps_);
-  write_scalar(out, prefix + "centered", centered_ ? 1 : 0);
-  write_scalar(out, prefix + "weight_decay", weight_decay_);
-  write_scalar(out, prefix + "maximize", maximize_ ? 1 : 0);
-}
-
-void RMSpropOptions::read(const StateDict& in, const std::string& prefix) {
-  lr_ = read_scalar(in, prefix + "lr");
-  momentum_ = read_scalar(in, prefix + "momentum");
-  alpha_ = read_scalar(in, prefix + "alpha");
-  eps_ = read_scalar(in, prefix + "eps");
-  centered_ = read_scalar(in, prefix + "centered") != 0;
-  weight_decay_ = read_scalar(in, prefix + "weight_decay");
-  maximize_ = read_scalar(in, prefix + "maximize") != 0;
-}
-
 void RMSpropParamState::write(StateDict& out, const std::string& prefix) const {
   out.insert_or_assign(prefix + "step", scalar_tensor(step_, TensorOptions().dtype(kLong)));
   if (square_avg_.defined()) out.insert_or_assign(prefix + "square_avg", square_avg_);

@@ -14,6 +14,7 @@
 // "centered", "weight_decay", "maximize".
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -23,7 +24,7 @@
 namespace troupe::optim {
 
 /// RMSprop's options (PyTorch's defaults).
-struct RMSpropOptions : public OptimizerCloneableOptions<RMSpropOptions> {
+struct RMSpropOptions : public OptimizerFieldOptions<RMSpropOptions> {
   RMSpropOptions(double lr = 1e-2) : lr_(lr) {}
   /// Learning rate.
   TROUPE_ARG(double, lr) = 1e-2;
@@ -41,10 +42,17 @@ struct RMSpropOptions : public OptimizerCloneableOptions<RMSpropOptions> {
   TROUPE_ARG(bool, maximize) = false;
 
  public:
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  void write(StateDict& out, const std::string& prefix) const override;
-  void read(const StateDict& in, const std::string& prefix) override;
+  /// Every option in PyTorch's param-group order: state_dict write/read and printing use this list.
+  static constexpr auto fields() {
+    return std::array{
+        TROUPE_OPTION_FIELD(RMSpropOptions, lr),
+        TROUPE_OPTION_FIELD(RMSpropOptions, momentum),
+        TROUPE_OPTION_FIELD(RMSpropOptions, alpha),
+        TROUPE_OPTION_FIELD(RMSpropOptions, eps),
+        TROUPE_OPTION_FIELD(RMSpropOptions, centered),
+        TROUPE_OPTION_FIELD(RMSpropOptions, weight_decay),
+        TROUPE_OPTION_FIELD(RMSpropOptions, maximize)};
+  }
 };
 
 /// RMSprop's state of one parameter.
@@ -66,6 +74,8 @@ struct RMSpropParamState : public OptimizerCloneableParamState<RMSpropParamState
 /// RMSprop (Hinton's lecture 6e), optionally centered and with momentum.
 class RMSprop : public Optimizer {
  public:
+  /// "RMSprop".
+  std::string name() const override { return "RMSprop"; }
   /// Errors as PyTorch's ("Invalid learning rate: -1", "Invalid alpha value: -0.5"), checked on
   /// `defaults` before the parameters.
   RMSprop(std::vector<OptimizerParamGroup> param_groups, RMSpropOptions defaults = {});

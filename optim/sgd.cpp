@@ -11,24 +11,6 @@ namespace troupe::optim {
 
 // ---- options and state
 
-void SGDOptions::write(StateDict& out, const std::string& prefix) const {
-  write_scalar(out, prefix + "lr", lr_);
-  write_scalar(out, prefix + "momentum", momentum_);
-  write_scalar(out, prefix + "dampening", dampening_);
-  write_scalar(out, prefix + "weight_decay", weight_decay_);
-  write_scalar(out, prefix + "nesterov", nesterov_ ? 1 : 0);
-  write_scalar(out, prefix + "maximize", maximize_ ? 1 : 0);
-}
-
-void SGDOptions::read(const StateDict& in, const std::string& prefix) {
-  lr_ = read_scalar(in, prefix + "lr");
-  momentum_ = read_scalar(in, prefix + "momentum");
-  dampening_ = read_scalar(in, prefix + "dampening");
-  weight_decay_ = read_scalar(in, prefix + "weight_decay");
-  nesterov_ = read_scalar(in, prefix + "nesterov") != 0;
-  maximize_ = read_scalar(in, prefix + "maximize") != 0;
-}
-
 void SGDParamState::write(StateDict& out, const std::string& prefix) const {
   if (momentum_buffer_.defined()) out.insert_or_assign(prefix + "momentum_buffer", momentum_buffer_);
 }

@@ -12,6 +12,7 @@
 // ".momentum", ".dampening", ".weight_decay", ".nesterov", ".maximize" (bools as 0/1).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -21,7 +22,7 @@
 namespace troupe::optim {
 
 /// SGD's options (PyTorch's defaults; lr has none, as PyTorch's `required`).
-struct SGDOptions : public OptimizerCloneableOptions<SGDOptions> {
+struct SGDOptions : public OptimizerFieldOptions<SGDOptions> {
   SGDOptions(double lr) : lr_(lr) {}
   /// Learning rate.
   TROUPE_ARG(double, lr);
@@ -37,10 +38,16 @@ struct SGDOptions : public OptimizerCloneableOptions<SGDOptions> {
   TROUPE_ARG(bool, maximize) = false;
 
  public:
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  void write(StateDict& out, const std::string& prefix) const override;
-  void read(const StateDict& in, const std::string& prefix) override;
+  /// Every option in PyTorch's param-group order: state_dict write/read and printing use this list.
+  static constexpr auto fields() {
+    return std::array{
+        TROUPE_OPTION_FIELD(SGDOptions, lr),
+        TROUPE_OPTION_FIELD(SGDOptions, momentum),
+        TROUPE_OPTION_FIELD(SGDOptions, dampening),
+        TROUPE_OPTION_FIELD(SGDOptions, weight_decay),
+        TROUPE_OPTION_FIELD(SGDOptions, nesterov),
+        TROUPE_OPTION_FIELD(SGDOptions, maximize)};
+  }
 };
 
 /// SGD's state of one parameter: the momentum buffer (undefined while momentum is 0).
@@ -56,6 +63,8 @@ struct SGDParamState : public OptimizerCloneableParamState<SGDParamState> {
 /// Stochastic gradient descent, optionally with momentum, Nesterov momentum and weight decay.
 class SGD : public Optimizer {
  public:
+  /// "SGD".
+  std::string name() const override { return "SGD"; }
   /// Errors as PyTorch's ("Invalid learning rate: -1", "Nesterov momentum requires a momentum and
   /// zero dampening"), checked on `defaults` before the parameters.
   SGD(std::vector<OptimizerParamGroup> param_groups, SGDOptions defaults);

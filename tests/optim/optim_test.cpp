@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -310,6 +311,68 @@ TEST(OptimParamGroups, OwnOptionsDefaultsAndAddParamGroup) {
   opt.param_groups()[2].options().set_lr(7);
   EXPECT_EQ(opt.defaults().get_lr(), 0.1);
   EXPECT_EQ(opts(2).get_lr(), 7);
+}
+
+// print(optimizer): PyTorch's layout (class name, "Parameter Group <g>", each option sorted by name
+// with Python's text of its value; initial_lr once a scheduler set it). troupe's groups hold the
+// options it implements, so PyTorch's foreach / differentiable / fused / capturable keys are absent.
+TEST(OptimPrint, PyTorchLayoutFromTheOptionFields) {
+  Tensor w = randn({3}).requires_grad_(true), b = randn({2}).requires_grad_(true);
+  std::vector<optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<Tensor>{w});
+  groups.emplace_back(std::vector<Tensor>{b}, std::make_unique<optim::SGDOptions>(optim::SGDOptions(0.5).nesterov(true).momentum(0.25)));
+  optim::SGD sgd(std::move(groups), optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4));
+  EXPECT_EQ(sgd.repr(),
+            "SGD (\n"
+            "Parameter Group 0\n"
+            "    dampening: 0\n    lr: 0.1\n    maximize: False\n    momentum: 0.9\n    nesterov: False\n"
+            "    weight_decay: 0.0001\n"
+            "\n"  // Python's loop opens every group after the first with a blank line
+            "Parameter Group 1\n"
+            "    dampening: 0\n    lr: 0.5\n    maximize: False\n    momentum: 0.25\n    nesterov: True\n"
+            "    weight_decay: 0\n"
+            ")");
+  optim::Adam adam({w}, optim::AdamOptions(1e-3).amsgrad(true));
+  optim::StepLR sched(adam, /*step_size=*/2);
+  std::ostringstream os;
+  os << adam;
+  EXPECT_EQ(os.str(),
+            "Adam (\n"
+            "Parameter Group 0\n"
+            "    amsgrad: True\n    betas: (0.9, 0.999)\n    eps: 1e-08\n    initial_lr: 0.001\n    lr: 0.001\n"
+            "    maximize: False\n    weight_decay: 0\n"
+            ")");
+  optim::RMSprop rms({w}, optim::RMSpropOptions(0.01).centered(true));
+  EXPECT_EQ(rms.repr(),
+            "RMSprop (\n"
+            "Parameter Group 0\n"
+            "    alpha: 0.99\n    centered: True\n    eps: 1e-08\n    lr: 0.01\n    maximize: False\n"
+            "    momentum: 0\n    weight_decay: 0\n"
+            ")");
+}
+
+// The one field list drives state_dict: every option of every optimizer is written under its name
+// and read back into a fresh options struct.
+TEST(OptimOptionFields, WriteThenReadRestoresEveryOption) {
+  optim::AdamWOptions a(0.02);
+  a.betas({0.8, 0.95}).eps(1e-6).weight_decay(0.3).amsgrad(true).maximize(true);
+  StateDict sd;
+  a.write(sd, "g.");
+  EXPECT_EQ(sd.keys(), (std::vector<std::string>{"g.lr", "g.betas.0", "g.betas.1", "g.eps", "g.weight_decay",
+                                                 "g.amsgrad", "g.maximize"}));
+  optim::AdamWOptions b;
+  b.read(sd, "g.");
+  EXPECT_EQ(b.repr_items(), a.repr_items());
+  EXPECT_EQ(std::get<1>(b.betas()), 0.95);
+  optim::RMSpropOptions r(0.5);
+  StateDict rs;
+  r.write(rs, "");
+  // PyTorch's group order, not the declaration order: centered comes before weight_decay.
+  EXPECT_EQ(rs.keys(),
+            (std::vector<std::string>{"lr", "momentum", "alpha", "eps", "centered", "weight_decay", "maximize"}));
+  rs.erase("eps");
+  EXPECT_EQ(error_of([&] { optim::RMSpropOptions().read(rs, ""); }),
+            "[Optimizer.load_state_dict] missing key 'eps'");
 }
 
 TEST(OptimParamGroups, EachGroupStepsWithItsOwnLr) {
