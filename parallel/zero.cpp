@@ -2,7 +2,7 @@
 // (see zero.h).
 #include <troupe/parallel/zero.h>
 
-#include <troupe/parallel/ddp.h>
+#include <troupe/parallel/grad_buckets.h>
 
 #include <algorithm>
 #include <deque>
