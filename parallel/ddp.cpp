@@ -1,9 +1,10 @@
 // DistributedDataParallel: buckets, gradient hooks, the reduction and buffer sync (see ddp.h).
 #include <troupe/parallel/ddp.h>
 
+#include <troupe/parallel/grad_buckets.h>
+#include <troupe/parallel/wrap_checks.h>
+
 #include <algorithm>
-#include <climits>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -18,7 +19,6 @@
 
 namespace troupe::parallel {
 
-using comm::CommError;
 using comm::ProcessGroupPtr;
 using comm::ReduceOp;
 using comm::WorkPtr;
@@ -26,12 +26,6 @@ using comm::WorkPtr;
 namespace {
 
 constexpr const char* kWho = "[DistributedDataParallel]";
-
-std::string sizes_str(IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // dst = src * s in one pass over memory, as PyTorch's reducer does (mul_out into the bucket view):
 // a copy and then a mul_ would scan the gradients twice. Contiguous CPU float32 / float64 of one dtype
@@ -117,7 +111,7 @@ struct DistributedDataParallel::Reducer {
   double scale = 1.0;  // 1 / size
   std::vector<Bucket> buckets;
   std::vector<std::pair<int, int>> loc;  // parameter -> (bucket, index in bucket); (-1, -1): not reduced
-  std::vector<int64_t> hook_ids;         // parameter -> post-accumulate hook id, -1 when none
+  detail::GradReadyHooks hooks;          // on every reduced parameter
 
   // per-iteration state
   std::recursive_mutex mu;
@@ -135,7 +129,7 @@ struct DistributedDataParallel::Reducer {
   // device), a bucket closes once it holds at least its limit (the first limit, then the second).
   void assign_buckets(const std::vector<size_t>& order, int64_t first_bytes, int64_t cap_bytes) {
     std::vector<std::string> keys(params.size());
-    for (size_t i : order) keys[i] = std::string(dtype_name(params[i].dtype())) + "@" + params[i].device().str();
+    for (size_t i : order) keys[i] = detail::bucket_key(params[i]);
     auto done = detail::bucket_assignment_by_size(params, order, keys, first_bytes, cap_bytes);
     // Sort by the position of the first parameter in `order` (the order their gradients come).
     std::vector<size_t> pos(params.size(), 0);
@@ -162,94 +156,13 @@ struct DistributedDataParallel::Reducer {
     }
   }
 
-  // The model and bucket layout as integers: what every rank must agree on.
-  std::vector<int64_t> signature() const {
-    std::vector<int64_t> s;
-    s.push_back(static_cast<int64_t>(params.size()));
-    for (const auto& p : params) {
-      s.push_back(p.requires_grad() ? 1 : 0);
-      s.push_back(static_cast<int64_t>(p.dtype()));
-      s.push_back(p.dim());
-      for (int64_t d : p.sizes()) s.push_back(d);
-    }
-    s.push_back(static_cast<int64_t>(buckets.size()));
-    for (const auto& b : buckets) {
-      s.push_back(static_cast<int64_t>(b.vars.size()));
-      s.push_back(b.numel);
-      s.push_back(static_cast<int64_t>(b.dtype));
-      for (size_t v : b.vars) s.push_back(static_cast<int64_t>(v));
-    }
-    return s;
-  }
-
-  // A signature as (what, value) items, for naming the first difference.
-  std::vector<std::pair<std::string, std::string>> describe(const int64_t* s, size_t n) const {
-    std::vector<std::pair<std::string, std::string>> items;
-    size_t pos = 0;
-    auto next = [&]() -> int64_t { return pos < n ? s[pos++] : -1; };
-    auto dtype_str = [](int64_t d) -> std::string {
-      if (d < 0 || d > 64) return "dtype#" + std::to_string(d);
-      return dtype_name(static_cast<ScalarType>(d));
-    };
-    const int64_t P = next();
-    items.push_back({"number of parameters", std::to_string(P)});
-    for (int64_t i = 0; i < P && pos < n; ++i) {
-      const int64_t rg = next(), dt = next(), nd = next();
-      std::vector<int64_t> sz;
-      for (int64_t d = 0; d < nd && pos < n; ++d) sz.push_back(next());
-      std::string what = "parameter " + std::to_string(i);
-      if (static_cast<size_t>(i) < names.size()) what += " (" + names[i] + ")";
-      items.push_back({what, "shape " + sizes_str(sz) + " dtype " + dtype_str(dt) +
-                                 (rg ? " requires_grad" : " no grad")});
-    }
-    const int64_t B = next();
-    items.push_back({"number of buckets", std::to_string(B)});
-    for (int64_t b = 0; b < B && pos < n; ++b) {
-      const int64_t cnt = next(), numel = next(), dt = next();
-      std::vector<int64_t> vars;
-      for (int64_t k = 0; k < cnt && pos < n; ++k) vars.push_back(next());
-      items.push_back({"bucket " + std::to_string(b), "parameters " + sizes_str(vars) + ", " + std::to_string(numel) +
-                                                         " elements of " + dtype_str(dt)});
-    }
-    return items;
-  }
-
-  // all_gather of every rank's signature; throws on every rank naming the first difference.
-  void verify_across_ranks() {
-    const int n = group->size();
-    if (n == 1) return;
-    std::vector<int64_t> mine = signature();
-    Tensor len = tensor(std::vector<int64_t>{static_cast<int64_t>(mine.size())});
-    Tensor lens = empty({n}, TensorOptions(kInt64));
-    group->all_gather_into_tensor(lens, len);
-    std::vector<int64_t> L = lens.to_vector<int64_t>();
-    const int64_t max_len = *std::max_element(L.begin(), L.end());
-    mine.resize(static_cast<size_t>(max_len), -1);
-    Tensor sig = tensor(mine);
-    Tensor all = empty({n * max_len}, TensorOptions(kInt64));
-    group->all_gather_into_tensor(all, sig);
-    std::vector<int64_t> A = all.to_vector<int64_t>();
-    auto items0 = describe(A.data(), static_cast<size_t>(L[0]));
-    for (int r = 1; r < n; ++r) {
-      auto items = describe(A.data() + static_cast<size_t>(r) * max_len, static_cast<size_t>(L[r]));
-      for (size_t k = 0; k < std::max(items0.size(), items.size()); ++k) {
-        const bool has0 = k < items0.size(), hasr = k < items.size();
-        if (has0 && hasr && items0[k] == items[k]) continue;
-        std::ostringstream os;
-        os << kWho << " the model on rank " << r << " differs from rank 0's (every rank must wrap the same "
-           << "parameters, in the same order, with the same bucket options): ";
-        if (has0 && hasr && items0[k].first == items[k].first)
-          os << items0[k].first << ": rank 0 has " << items0[k].second << ", rank " << r << " has " << items[k].second;
-        else if (has0 && hasr)
-          os << "rank 0 has " << items0[k].first << ": " << items0[k].second << "; rank " << r << " has "
-             << items[k].first << ": " << items[k].second;
-        else if (has0)
-          os << "rank 0 has " << items0[k].first << ": " << items0[k].second << "; rank " << r << " has none";
-        else
-          os << "rank " << r << " has " << items[k].first << ": " << items[k].second << "; rank 0 has none";
-        throw std::runtime_error(os.str());
-      }
-    }
+  // Same parameters and bucket layout on every rank (PyTorch's _verify_param_shape_across_processes).
+  void verify_across_ranks() const {
+    detail::WrapSignature sig;
+    sig.names = names;
+    sig.params = params;
+    for (const auto& b : buckets) sig.buckets.push_back({b.vars, b.numel, b.dtype, -1});
+    detail::verify_across_ranks(group, kWho, sig);
   }
 
   // ---- per iteration
@@ -347,8 +260,8 @@ struct DistributedDataParallel::Reducer {
       if (grad.defined()) {
         if (grad.sizes() != view.sizes() || grad.dtype() != view.dtype()) {
           throw std::runtime_error(std::string(kWho) + " the gradient of parameter " + param_label(i) +
-                                   " has shape " + sizes_str(grad.sizes()) + " dtype " + dtype_name(grad.dtype()) +
-                                   "; the parameter has shape " + sizes_str(view.sizes()) + " dtype " +
+                                   " has shape " + detail::shape_str(grad.sizes()) + " dtype " + dtype_name(grad.dtype()) +
+                                   "; the parameter has shape " + detail::shape_str(view.sizes()) + " dtype " +
                                    dtype_name(view.dtype()));
         }
         if (grad.data_ptr() == view.data_ptr() && grad.numel() > 0) {
@@ -415,67 +328,19 @@ struct DistributedDataParallel::Reducer {
   // Waits (bounded by the group's timeout) for reductions still in flight; swallows their errors.
   void drain() noexcept {
     for (auto& b : buckets) {
-      if (!b.work) continue;
-      try {
-        b.work->wait();
-      } catch (...) {
-      }
+      detail::wait_quietly(b.work);
       b.work = nullptr;
     }
   }
 };
 
-namespace detail {
-
-std::vector<std::vector<size_t>> bucket_assignment_by_size(const std::vector<Tensor>& params,
-                                                           const std::vector<size_t>& order,
-                                                           const std::vector<std::string>& keys,
-                                                           int64_t first_bytes, int64_t cap_bytes) {
-  struct Open {
-    std::string key;
-    std::vector<size_t> vars;
-    int64_t bytes = 0;
-    bool first = true;
-  };
-  std::vector<Open> open;  // one per key, in order of first appearance
-  std::vector<std::vector<size_t>> done;
-  for (size_t i : order) {
-    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.key == keys[i]; });
-    if (it == open.end()) {
-      open.push_back(Open{keys[i], {}, 0, true});
-      it = std::prev(open.end());
-    }
-    it->vars.push_back(i);
-    it->bytes += params[i].numel() * static_cast<int64_t>(params[i].element_size());
-    if (it->bytes >= (it->first ? first_bytes : cap_bytes)) {
-      done.push_back(std::move(it->vars));
-      it->vars.clear();
-      it->bytes = 0;
-      it->first = false;
-    }
-  }
-  for (auto& b : open)
-    if (!b.vars.empty()) done.push_back(std::move(b.vars));
-  return done;
-}
-
-}  // namespace detail
-
 // ------------------------------------------------------------------------------ DistributedDataParallel
 
 DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGroupPtr group, DDPOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
-  if (!module_) throw std::invalid_argument(std::string(kWho) + " module is null");
-  if (!group_) {
-    throw std::invalid_argument(std::string(kWho) +
-                                " no process group: pass one, or call launch::init / run under comm::run_local "
-                                "first (comm::world() is null)");
-  }
-  if (!(options_.bucket_cap_mb() > 0) || !(options_.first_bucket_mb() > 0)) {
-    throw std::invalid_argument(std::string(kWho) + " bucket_cap_mb and first_bucket_mb must be positive, got " +
-                                std::to_string(options_.bucket_cap_mb()) + " and " +
-                                std::to_string(options_.first_bucket_mb()));
-  }
+  detail::check_module_and_group(kWho, module_, group_);
+  const auto [first_bytes, cap_bytes] =
+      detail::bucket_limits_bytes(kWho, options_.first_bucket_mb(), options_.bucket_cap_mb());
   register_module("module", module_);
 
   auto r = std::make_shared<Reducer>();
@@ -493,9 +358,7 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
   std::vector<size_t> order;  // reverse registration order, parameters that require grad
   for (size_t i = r->params.size(); i-- > 0;)
     if (r->params[i].requires_grad()) order.push_back(i);
-  const double mib = 1024.0 * 1024.0;
-  r->assign_buckets(order, static_cast<int64_t>(options_.first_bucket_mb() * mib),
-                    static_cast<int64_t>(options_.bucket_cap_mb() * mib));
+  r->assign_buckets(order, first_bytes, cap_bytes);
   r->ready.assign(r->params.size(), 0);
   r->local_used.assign(r->params.size(), 0);
 
@@ -507,21 +370,18 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
     if (b.defined()) states.push_back(b);
   broadcast_coalesced(group_, states);
 
-  r->hook_ids.assign(r->params.size(), -1);
   std::weak_ptr<Reducer> weak = r;
-  for (size_t i = 0; i < r->params.size(); ++i) {
-    if (r->loc[i].first < 0) continue;
-    r->hook_ids[i] = r->params[i].register_post_accumulate_grad_hook([weak, i](const Tensor&) {
-      if (auto self = weak.lock()) self->on_grad_ready(i);
-    });
-  }
+  r->hooks.install(
+      r->params, [&](size_t i) { return r->loc[i].first >= 0; },
+      [weak](size_t i) {
+        if (auto self = weak.lock()) self->on_grad_ready(i);
+      });
   reducer_ = std::move(r);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   if (!reducer_) return;
-  for (size_t i = 0; i < reducer_->params.size(); ++i)
-    if (reducer_->hook_ids[i] >= 0) reducer_->params[i].remove_post_accumulate_grad_hook(reducer_->hook_ids[i]);
+  reducer_->hooks.remove();
   reducer_->drain();
 }
 

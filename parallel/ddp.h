@@ -117,16 +117,4 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<Reducer> reducer_;
 };
 
-namespace detail {
-/// PyTorch's compute_bucket_assignment_by_size, shared by DDP and ZeRO: walks `order` (indices into
-/// `params`), keeping one open bucket per distinct `keys[i]` (dtype and device, and for ZeRO the unit);
-/// a bucket closes once it holds at least `first_bytes` (a key's first bucket) or `cap_bytes` (the
-/// rest). Returns the buckets in the order they closed, then the unclosed ones by first appearance of
-/// their key; members in walk order.
-std::vector<std::vector<size_t>> bucket_assignment_by_size(const std::vector<Tensor>& params,
-                                                           const std::vector<size_t>& order,
-                                                           const std::vector<std::string>& keys,
-                                                           int64_t first_bytes, int64_t cap_bytes);
-}  // namespace detail
-
 }  // namespace troupe::parallel

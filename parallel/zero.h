@@ -202,7 +202,7 @@ struct ShardedTensor {
 };
 
 namespace detail {
-struct ShardCore;  // the flat buffers, shards, units, gradient buckets and inner optimizer (zero.cpp)
+struct ShardCore;  // the flat buffers, shards, units, gradient buckets and inner optimizer (shard_core.h)
 }
 
 /// ZeRO stages 1 and 2: an optimizer wrapper whose inner optimizer steps this rank's shard only.

@@ -1,4 +1,4 @@
-// ZeRO stages 1-3 (comm/zero.h) on the `local` backend (1-4 ranks as threads): training equals one
+// ZeRO stages 1-3 (parallel/zero.h) on the `local` backend (1-4 ranks as threads): training equals one
 // process on the concatenated batch (SGD with momentum, Adam; float32 and mixed float32/float64 models;
 // parameter counts not divisible by the world size) and DDP (stages 2 and 3 with bucket reduce-scatters
 // started from the gradient hooks, FSDP units freed after forward or kept, with and without prefetch,
@@ -6,6 +6,9 @@
 // layout and the units, bytes per rank and the forward/backward peaks in closed form, the sharded
 // checkpoint (saved at 2 ranks, loaded at 4, 3 and 1, across stages and unit layouts, continuing to the
 // uninterrupted run's result), and the errors. ZeroMpi* run the same under mpirun.
+// Over 800 lines on purpose: every suite here uses the models and reference runs defined once at the
+// top (make_mlp, Mixed, reference(), the local-rank runners); a split by source file wants them in a
+// tests/parallel header first.
 #include <troupe/comm/comm.h>
 #include <troupe/optim/optim.h>
 #include <troupe/parallel/parallel.h>
@@ -561,6 +564,9 @@ TEST(ZeroErrors, BadArgumentsAndDifferentModels) {
   for (const auto& e : errs) {
     EXPECT_TRUE(contains(e, "[ZeroOptimizer] the model on rank 1 differs from rank 0's")) << e;
     EXPECT_TRUE(contains(e, "0.weight")) << e;
+    // The first difference, as DDP names it (one shared check).
+    EXPECT_TRUE(contains(e, "parameter 0 (0.weight): rank 0 has shape [5, 6] dtype float32 requires_grad, rank 1 has "
+                            "shape [4, 6]")) << e;
   }
 }
 
