@@ -162,29 +162,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   return t;
 }
 
-namespace {
-template <typename T>
-Tensor from_list(std::initializer_list<T> values, ScalarType natural, TensorOptions opts) {
-  std::vector<T> v(values);
-  Tensor t = tensor(v, TensorOptions());
-  return detail::finish_factory(t, opts.has_dtype() ? opts : opts.dtype(natural));
-}
-}  // namespace
-
-Tensor tensor(std::initializer_list<double> values, TensorOptions opts) {
-  return from_list(values, get_default_dtype(), opts);
-}
-Tensor tensor(std::initializer_list<float> values, TensorOptions opts) {
-  return from_list(values, get_default_dtype(), opts);
-}
-Tensor tensor(std::initializer_list<int> values, TensorOptions opts) { return from_list(values, kInt64, opts); }
-Tensor tensor(std::initializer_list<int64_t> values, TensorOptions opts) { return from_list(values, kInt64, opts); }
-Tensor tensor(std::initializer_list<bool> values, TensorOptions opts) {
-  Tensor t = empty({static_cast<int64_t>(values.size())}, TensorOptions().dtype(kBool));
-  bool* p = t.data_ptr<bool>();
-  for (bool b : values) *p++ = b;
-  return detail::finish_factory(t, opts);
-}
+Tensor tensor(detail::TensorDataContainer data, TensorOptions opts) { return data.to_tensor(opts); }
 
 Tensor scalar_tensor(Scalar v, TensorOptions opts) {
   if (!opts.has_dtype()) opts = opts.dtype(v.dtype());

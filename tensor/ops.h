@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensor.h"
+#include "tensor_data.h"
 
 namespace troupe {
 
@@ -49,12 +50,10 @@ Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptio
 /// A 1-D tensor copied from `values` (dtype of T unless opts give one).
 template <typename T>
 Tensor tensor(const std::vector<T>& values, TensorOptions opts = {});
-/// Braced lists follow libtorch: floating values give the default dtype, integers int64.
-Tensor tensor(std::initializer_list<double> values, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<float> values, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<int> values, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<int64_t> values, TensorOptions opts = {});
-Tensor tensor(std::initializer_list<bool> values, TensorOptions opts = {});
+/// torch::tensor: a number or a (nested) braced list (detail::TensorDataContainer). Without a dtype in
+/// opts, integers give int64, floating values the default dtype, bools bool; ragged lists and mixed
+/// element types are errors with libtorch's messages.
+Tensor tensor(detail::TensorDataContainer data, TensorOptions opts = {});
 /// A 0-dim tensor holding `v`.
 Tensor scalar_tensor(Scalar v, TensorOptions opts = {});
 
