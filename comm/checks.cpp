@@ -1,8 +1,37 @@
+// The messages of the front's failed checks (checks.h), the group description in them, and new_group's
+// rank-list check and split.
 #include <troupe/comm/checks.h>
 
 #include <sstream>
 
 namespace troupe::comm::detail {
+
+std::string group_desc(const std::string& name, const std::string& backend, int rank, int size, Device device) {
+  return "group '" + name + "' (" + backend + ", rank " + std::to_string(rank) + " of " + std::to_string(size) +
+         (device.is_cuda() ? ", " + device.str() : std::string()) + ")";
+}
+
+void fail_device(const std::string& where, const char* what, const Tensor& t, const std::string& backend,
+                 Device device) {
+  if (device.is_cpu()) {
+    throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +
+                    " backend takes CPU tensors");
+  }
+  if (!t.is_cuda()) {
+    throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +
+                    " backend takes CUDA tensors on " + device.str() + " (use the mpi or local backend for CPU tensors)");
+  }
+  throw CommError(where + ": " + what + " is on " + t.device().str() + ", the group's device is " + device.str());
+}
+
+void fail_self_peer(const std::string& where, const char* what, int peer, const std::string& backend) {
+  throw CommError(where + ": " + what + " " + std::to_string(peer) + " is this rank; the " + backend +
+                  " backend cannot send to or receive from itself");
+}
+
+void fail_tag(const std::string& where, int tag, int max_tag) {
+  throw CommError(where + ": tag " + std::to_string(tag) + " is not in [0, " + std::to_string(max_tag) + "]");
+}
 
 std::string shape_str(const Tensor& t) {
   std::ostringstream os;

@@ -7,6 +7,8 @@
 // work is spread over the ranks' threads.
 #include "local.h"
 
+#include <troupe/comm/reduce_op.h>
+
 #include <troupe/tensor/parallel.h>
 
 #include <algorithm>
@@ -84,79 +86,32 @@ bool overlaps(const std::byte* a, size_t an, const std::byte* b, size_t bn) {
   return an > 0 && bn > 0 && a < b + bn && b < a + an;
 }
 
-// ---- reductions: out[i] = op over ranks q of in[q][i], in T's opmath type (16-bit floats in float).
-
-template <typename A>
-A red_sum(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a || b;  // NCCL: SUM on bool is MAX
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;  // wraps around, as the integer backends do
-    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else {
-    return a + b;
-  }
-}
-
-template <typename A>
-A red_prod(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a && b;  // NCCL: PRODUCT on bool is MIN
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-  } else {
-    return a * b;
-  }
-}
-
-template <typename A>
-A red_min(A a, A b) {
-  if constexpr (std::is_floating_point_v<A>) return (b < a || b != b) ? b : a;  // NaN propagates
-  else return b < a ? b : a;
-}
-
-template <typename A>
-A red_max(A a, A b) {
-  if constexpr (std::is_floating_point_v<A>) return (b > a || b != b) ? b : a;
-  else return b > a ? b : a;
-}
+// ---- reductions: out[i] = op over ranks q of in[q][i], in T's opmath type (16-bit floats in float),
+// with reduce_op.h's meaning of each op.
 
 // Reduces n elements of each of ins (one pointer per rank) into out, block by block: every input of a
 // block is read before the block is written, so out may be one of the inputs at the same offset.
 template <typename T>
-void reduce_typed(ReduceOp op, const std::vector<const T*>& ins, T* out, int64_t n) {
+void reduce_typed(ReduceOp op, ScalarType dtype, const std::vector<const T*>& ins, T* out, int64_t n) {
   using A = opmath_t<T>;
   constexpr int64_t kBlock = 256;
   A acc[kBlock];
   const int size = static_cast<int>(ins.size());
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    for (int64_t j = 0; j < m; ++j) acc[j] = static_cast<A>(ins[0][b + j]);
-    for (int q = 1; q < size; ++q) {
-      const T* p = ins[q] + b;
-      switch (op) {
-        case ReduceOp::SUM:
-        case ReduceOp::AVG:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_sum<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::PRODUCT:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_prod<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::MIN:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_min<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::MAX:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_max<A>(acc[j], static_cast<A>(p[j]));
-          break;
+  detail::with_combine<A>(detail::combine_of(op, dtype), [&](auto combine) {
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      for (int64_t j = 0; j < m; ++j) acc[j] = static_cast<A>(ins[0][b + j]);
+      for (int q = 1; q < size; ++q) {
+        const T* p = ins[q] + b;
+        for (int64_t j = 0; j < m; ++j) acc[j] = combine(acc[j], static_cast<A>(p[j]));
       }
+      if constexpr (std::is_floating_point_v<A>) {
+        if (op == ReduceOp::AVG)
+          for (int64_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<A>(size);
+      }
+      for (int64_t j = 0; j < m; ++j) out[b + j] = static_cast<T>(acc[j]);
     }
-    if constexpr (std::is_floating_point_v<A>) {
-      if (op == ReduceOp::AVG)
-        for (int64_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<A>(size);
-    }
-    for (int64_t j = 0; j < m; ++j) out[b + j] = static_cast<T>(acc[j]);
-  }
+  });
 }
 
 void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byte*>& ins, std::byte* out,
@@ -166,7 +121,7 @@ void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byt
     using T = decltype(tag);
     std::vector<const T*> typed(ins.size());
     for (size_t q = 0; q < ins.size(); ++q) typed[q] = reinterpret_cast<const T*>(ins[q]);
-    reduce_typed<T>(op, typed, reinterpret_cast<T*>(out), n);
+    reduce_typed<T>(op, dtype, typed, reinterpret_cast<T*>(out), n);
   });
 }
 
@@ -417,39 +372,13 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lk) {
   running = false;
 }
 
-// ---- argument checks (on the issuing thread: std::invalid_argument, nothing issued)
-
-void check_tensor(const char* fn, const char* what, const Tensor& t) {
-  if (!t.defined()) throw std::invalid_argument(std::string("[") + fn + "] " + what + " is an undefined tensor");
-  if (!t.is_cpu())
-    throw std::invalid_argument(std::string("[") + fn + "] the local backend takes CPU tensors; " + what +
-                                " is on " + t.device().str());
-  if (!t.is_contiguous())
-    throw std::invalid_argument(std::string("[") + fn + "] " + what + " must be contiguous (shape " +
-                                shape_str(t.sizes().vec()) + ", strides " + shape_str(t.strides().vec()) +
-                                "); pass .contiguous() and copy the result back");
-}
-
-void check_same_dtype(const char* fn, const char* a, const Tensor& ta, const char* b, const Tensor& tb) {
-  if (ta.dtype() != tb.dtype())
-    throw std::invalid_argument(std::string("[") + fn + "] " + a + " is " + dtype_name(ta.dtype()) + " but " + b +
-                                " is " + dtype_name(tb.dtype()));
-}
-
-void check_reduce_op(const char* fn, ReduceOp op, ScalarType dtype) {
-  if (op == ReduceOp::AVG && !is_floating_point(dtype))
-    throw std::invalid_argument(std::string("[") + fn + "] ReduceOp.AVG needs a floating-point tensor, got " +
-                                dtype_name(dtype) +
-                                " (as in PyTorch, AVG is not defined on integer or bool tensors: reduce with SUM "
-                                "and divide)");
-}
-
 // ---- the group object of one rank
 
 class LocalGroup final : public ProcessGroup {
  public:
   LocalGroup(std::shared_ptr<WorldState> state, int rank)
-      : st_(std::move(state)), rank_(rank), q_(std::make_shared<OpQueue>()), worker_([this] { work_loop(); }) {}
+      : ProcessGroup(Traits{}),  // CPU tensors, no send to self, any tag >= 0
+        st_(std::move(state)), rank_(rank), q_(std::make_shared<OpQueue>()), worker_([this] { work_loop(); }) {}
 
   ~LocalGroup() override {
     closing_.store(true);
@@ -472,9 +401,7 @@ class LocalGroup final : public ProcessGroup {
   uint64_t sequence_number() const override { return seq_.load(); }
   const std::shared_ptr<Universe>& universe() const { return st_->universe; }
 
-  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
-    check_tensor("all_reduce", "tensor", tensor);
-    check_reduce_op("all_reduce", op, tensor.dtype());
+  WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     Slot s = tensor_slot(OpKind::AllReduce, "tensor", tensor);
     s.op = op;
     s.out = bytes_of(tensor);
@@ -505,9 +432,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr broadcast_async(Tensor& tensor, int src) override {
-    check_tensor("broadcast", "tensor", tensor);
-    check_rank("broadcast", "src", src, true);
+  WorkPtr do_broadcast(Tensor& tensor, int src) override {
     Slot s = tensor_slot(OpKind::Broadcast, "tensor", tensor);
     s.src = src;
     s.out = bytes_of(tensor);
@@ -519,22 +444,14 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
-    const char* fn = "all_gather_into_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    if (output.numel() != size() * input.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
-                                  " elements; it needs size() * input.numel() = " + std::to_string(size()) + " * " +
-                                  std::to_string(input.numel()) + " = " + std::to_string(size() * input.numel()));
+  WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) override {
     const size_t chunk = input.nbytes();
-    check_alias(fn, output, input, chunk);
     Slot s = tensor_slot(OpKind::AllGatherIntoTensor, "input", input);
     s.has_out = true;
     s.out_shape = output.sizes().vec();
     s.out = bytes_of(output);
-    return issue(OpKind::AllGatherIntoTensor, [this, output, input, s, chunk](uint64_t seq) {
+    auto staged = stage_overlap(s, input, output, chunk);
+    return issue(OpKind::AllGatherIntoTensor, [this, output, input, s, chunk, staged](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
         for (int q = 0; q < size(); ++q) {
           std::byte* dst = s.out + q * chunk;
@@ -544,17 +461,9 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
-    const char* fn = "all_gather";
-    check_tensor(fn, "input", input);
-    check_count(fn, "outputs", outputs.size());
+  WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     Slot s = tensor_slot(OpKind::AllGather, "input", input);
-    for (size_t q = 0; q < outputs.size(); ++q) {
-      const std::string name = "outputs[" + std::to_string(q) + "]";
-      check_tensor(fn, name.c_str(), outputs[q]);
-      check_like(fn, name, outputs[q], "input", input);
-      s.outs.push_back(bytes_of(outputs[q]));
-    }
+    for (const Tensor& out : outputs) s.outs.push_back(bytes_of(out));
     const size_t nbytes = input.nbytes();
     return issue(OpKind::AllGather, [this, outputs, input, s, nbytes](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
@@ -564,25 +473,16 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
-    const char* fn = "reduce_scatter_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    check_reduce_op(fn, op, input.dtype());
-    if (input.numel() != size() * output.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] input has " + std::to_string(input.numel()) +
-                                  " elements; it needs size() * output.numel() = " + std::to_string(size()) + " * " +
-                                  std::to_string(output.numel()) + " = " + std::to_string(size() * output.numel()));
+  WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) override {
     const int64_t m = output.numel();
     const size_t es = output.element_size();
-    check_alias(fn, input, output, m * es);
     Slot s = tensor_slot(OpKind::ReduceScatterTensor, "input", input);
     s.op = op;
     s.has_out = true;
     s.out_shape = output.sizes().vec();
     s.out = bytes_of(output);
-    return issue(OpKind::ReduceScatterTensor, [this, output, input, s, op, m, es](uint64_t seq) {
+    auto staged = stage_overlap(s, input, output, m * es);
+    return issue(OpKind::ReduceScatterTensor, [this, output, input, s, op, m, es, staged](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
         std::vector<const std::byte*> ins(size());
         for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].in + rank_ * m * es;
@@ -591,20 +491,11 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
-    const char* fn = "reduce_scatter";
-    check_tensor(fn, "output", output);
-    check_reduce_op(fn, op, output.dtype());
-    check_count(fn, "inputs", inputs.size());
+  WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     Slot s = tensor_slot(OpKind::ReduceScatter, "output", output);
     s.op = op;
     s.out = bytes_of(output);
-    for (size_t q = 0; q < inputs.size(); ++q) {
-      const std::string name = "inputs[" + std::to_string(q) + "]";
-      check_tensor(fn, name.c_str(), inputs[q]);
-      check_like(fn, name, inputs[q], "output", output);
-      s.ins.push_back(bytes_of(inputs[q]));
-    }
+    for (const Tensor& in : inputs) s.ins.push_back(bytes_of(in));
     const int64_t m = output.numel();
     return issue(OpKind::ReduceScatter, [this, output, inputs, s, op, m](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
@@ -615,21 +506,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
-    const char* fn = "all_to_all";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"input", &input}, {"output", &output}}) {
-      if (t->dim() == 0 || t->size(0) % size() != 0)
-        throw std::invalid_argument(std::string("[") + fn + "] " + name + "'s dim 0 (" +
-                                    (t->dim() == 0 ? std::string("a 0-d tensor has none") : std::to_string(t->size(0))) +
-                                    ") does not divide equally across the group's " + std::to_string(size()) +
-                                    " ranks");
-    }
-    if (output.numel() != input.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
-                                  " elements, input " + std::to_string(input.numel()) + "; they must be equal");
+  WorkPtr do_all_to_all(Tensor& output, const Tensor& input) override {
     Slot s = tensor_slot(OpKind::AllToAll, "input", input);
     s.has_out = true;
     s.out_shape = output.sizes().vec();
@@ -657,9 +534,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
-    check_tensor("send", "tensor", tensor);
-    check_rank("send", "dst", dst, false);
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override {
     const std::string what = p2p_where("send to", dst, tag);
     return issue_p2p(what, [this, tensor, dst, tag, what] {
       if (universe()->aborted.load()) throw CommError("[comm] " + what + " aborted: " + universe()->why());
@@ -673,9 +548,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
-    check_tensor("recv", "tensor", tensor);
-    check_rank("recv", "src", src, false);
+  WorkPtr do_recv(Tensor& tensor, int src, int tag) override {
     const std::string what = p2p_where("recv from", src, tag);
     return issue_p2p(what, [this, tensor, src, tag, what] {
       const auto deadline = Clock::now() + st_->options.timeout;
@@ -711,23 +584,14 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr barrier_async() override {
+  WorkPtr do_barrier() override {
     Slot s;
     s.kind = OpKind::Barrier;
     return issue(OpKind::Barrier, [this, s](uint64_t seq) { collective(seq, s, nullptr, nullptr); });
   }
 
-  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
-    if (ranks.empty()) throw std::invalid_argument("[new_group] ranks is empty");
-    std::vector<int> seen(size(), 0);
-    for (int r : ranks) {
-      if (r < 0 || r >= size())
-        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " is not a rank of group '" + name() +
-                                    "' (" + std::to_string(size()) + " ranks)");
-      if (seen[r]++)
-        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " appears twice in [" + list_str(ranks) +
-                                    "]");
-    }
+  ProcessGroupPtr do_new_group(const std::vector<int>& ranks, int, int, int64_t,
+                               std::optional<GroupOptions> options) override {
     Slot s;
     s.kind = OpKind::NewGroup;
     s.ranks = ranks;
@@ -754,7 +618,7 @@ class LocalGroup final : public ProcessGroup {
     return *result;
   }
 
-  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
+  ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) override {
     Slot s;
     s.kind = OpKind::Split;
     s.color = color;
@@ -802,37 +666,17 @@ class LocalGroup final : public ProcessGroup {
            name() + "' (local, " + std::to_string(size()) + " ranks)";
   }
 
-  void check_rank(const char* fn, const char* what, int r, bool self_ok) const {
-    if (r < 0 || r >= size())
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
-                                  " is not a rank of group '" + name() + "' (" + std::to_string(size()) +
-                                  (size() == 1 ? " rank)" : " ranks)"));
-    if (!self_ok && r == rank_)
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
-                                  " is this rank: a rank cannot " + fn + (std::string(fn) == "send" ? " to" : " from") +
-                                  " itself");
-  }
-
-  void check_count(const char* fn, const char* what, size_t n) const {
-    if (n != static_cast<size_t>(size()))
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " holds " + std::to_string(n) +
-                                  " tensors; it needs one per rank (" + std::to_string(size()) + ")");
-  }
-
-  static void check_like(const char* fn, const std::string& name, const Tensor& t, const char* ref_name,
-                         const Tensor& ref) {
-    if (t.dtype() != ref.dtype() || t.sizes().vec() != ref.sizes().vec())
-      throw std::invalid_argument(std::string("[") + fn + "] " + name + " has " + tensor_str(t.sizes().vec(), t.dtype()) +
-                                  "; it must be like " + ref_name + ": " + tensor_str(ref.sizes().vec(), ref.dtype()));
-  }
-
-  // `part` may overlap `whole` only as its chunk rank() (the in-place forms of the *_tensor collectives).
-  void check_alias(const char* fn, const Tensor& whole, const Tensor& part, size_t chunk) const {
-    const std::byte* w = bytes_of(whole);
-    const std::byte* p = bytes_of(part);
-    if (overlaps(w, whole.nbytes(), p, part.nbytes()) && p != w + rank_ * chunk)
-      throw std::invalid_argument(std::string("[") + fn + "] output and input overlap, other than as chunk " +
-                                  std::to_string(rank_) + " (this rank's) of the larger one");
+  // The peers read `read` (at s.in) while this rank writes `written` (at s.out): unless the two are apart,
+  // or one is chunk rank() of the other (`chunk` bytes each: the in-place forms), s.in is pointed at a
+  // copy of `read` made now, which the returned buffer keeps.
+  std::shared_ptr<std::vector<std::byte>> stage_overlap(Slot& s, const Tensor& read, const Tensor& written,
+                                                        size_t chunk) const {
+    if (!overlaps(s.in, read.nbytes(), s.out, written.nbytes())) return nullptr;
+    if (s.in == s.out + rank_ * chunk || s.out == s.in + rank_ * chunk) return nullptr;
+    auto copy = std::make_shared<std::vector<std::byte>>(read.nbytes());
+    std::memcpy(copy->data(), s.in, copy->size());
+    s.in = copy->data();
+    return copy;
   }
 
   static Slot tensor_slot(OpKind k, const char* label, const Tensor& t) {
@@ -1005,10 +849,10 @@ class LocalGroup final : public ProcessGroup {
 }  // namespace
 
 std::vector<ProcessGroupPtr> make_local_groups(int n, GroupOptions options) {
-  if (n < 1) throw std::invalid_argument("[make_local_groups] n must be at least 1, got " + std::to_string(n));
+  if (n < 1) throw CommError("[make_local_groups] n must be at least 1, got " + std::to_string(n));
   if (options.timeout.count() <= 0)
-    throw std::invalid_argument("[make_local_groups] timeout must be positive, got " +
-                                std::to_string(options.timeout.count()) + " ms");
+    throw CommError("[make_local_groups] timeout must be positive, got " +
+                    std::to_string(options.timeout.count()) + " ms");
   auto state = make_state(n, std::move(options), std::make_shared<Universe>());
   std::vector<ProcessGroupPtr> groups;
   groups.reserve(n);
@@ -1041,7 +885,7 @@ namespace {
 }  // namespace
 
 void run_local(int n, std::function<void(ProcessGroupPtr)> fn, GroupOptions options) {
-  if (!fn) throw std::invalid_argument("[run_local] fn is empty");
+  if (!fn) throw CommError("[run_local] fn is empty");
   auto groups = make_local_groups(n, std::move(options));
   auto universe = static_cast<LocalGroup&>(*groups[0]).universe();
   std::mutex mu;

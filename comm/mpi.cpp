@@ -6,6 +6,7 @@
 // point ops are started in issue order and then complete in the background.
 #include <troupe/comm/checks.h>
 #include <troupe/comm/mpi.h>
+#include <troupe/comm/reduce_op.h>
 
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
@@ -73,14 +74,17 @@ MPI_Datatype move_type(ScalarType t) {
   return MPI_BYTE;
 }
 
-/// The MPI op for `op` on elements of `t` (bool: OR for SUM/MAX, AND for PRODUCT/MIN; AVG: SUM).
-MPI_Op reduce_mpi_op(ReduceOp op, ScalarType t) {
-  if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? MPI_LAND : MPI_LOR;
-  switch (op) {
-    case ReduceOp::SUM: case ReduceOp::AVG: return MPI_SUM;
-    case ReduceOp::PRODUCT: return MPI_PROD;
-    case ReduceOp::MIN: return MPI_MIN;
-    case ReduceOp::MAX: return MPI_MAX;
+using detail::Combine;
+
+/// The MPI op of a combination (reduce_op.h's table; AVG is a SUM divided after).
+MPI_Op mpi_op(Combine c) {
+  switch (c) {
+    case Combine::Sum: return MPI_SUM;
+    case Combine::Product: return MPI_PROD;
+    case Combine::Min: return MPI_MIN;
+    case Combine::Max: return MPI_MAX;
+    case Combine::Or: return MPI_LOR;
+    case Combine::And: return MPI_LAND;
   }
   return MPI_SUM;
 }
@@ -195,7 +199,7 @@ struct SmallStep {
 std::vector<SmallStep> small_allreduce_plan(int rank, int size);
 int start_small_step(const SmallStep& s, MPI_Comm comm, char* buf, char* tmp, int count, MPI_Datatype type,
                      MPI_Request* r, int* nreq);
-void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, MPI_Op op);
+void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, Combine c);
 size_t type_size(MPI_Datatype t);
 
 class Engine;
@@ -216,8 +220,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(diag_comm_, MPI_ERRORS_RETURN);
     small_plan_ = small_allreduce_plan(rank_, size_);
-    desc_ = std::make_shared<const std::string>("group '" + opts_.name + "' (mpi, rank " + std::to_string(rank_) +
-                                                " of " + std::to_string(size_) + ")");
+    desc_ = std::make_shared<const std::string>(detail::group_desc(opts_.name, "mpi", rank_, size_, Device(kCPU)));
   }
   ~Engine() { shutdown("group destroyed"); }
 
@@ -243,17 +246,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const GroupOptions& options() const { return opts_; }
   uint64_t sequence_number() const { return seq_.load(); }
 
-  /// "[all_reduce] group 'world' (mpi, rank 1 of 2), op #3".
-  std::string where(const std::string& name, uint64_t seq) const {
-    std::ostringstream os;
-    os << "[" << name << "] group '" << opts_.name << "' (mpi, rank " << rank_ << " of " << size_ << "), op #"
-       << seq;
-    return os.str();
-  }
-  std::string where(const std::string& name) const {
-    return "[" + name + "] group '" + opts_.name + "' (mpi, rank " + std::to_string(rank_) + " of " +
-           std::to_string(size_) + ")";
-  }
+  /// "[recv] group 'world' (mpi, rank 1 of 2)".
+  std::string where(const std::string& name) const { return "[" + name + "] " + *desc_; }
 
   OpPtr new_op(const std::string& name) {
     auto op = std::make_shared<OpState>();
@@ -270,7 +264,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// one MPI_Iallreduce (n <= INT_MAX). Returns null, having done nothing, when ops are queued or in flight
   /// or another thread runs them (the caller then queues the op). Otherwise a completed Work, failed as
   /// the queued op would fail (a timeout names the late ranks and breaks the group).
-  WorkPtr allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop, bool avg);
+  WorkPtr allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, Combine c, bool avg);
 
   /// Runs ops (this thread holds exec_mu_) until `op` is done or `deadline`.
   void run_until(const OpPtr& op, Clock::time_point deadline) {
@@ -845,59 +839,19 @@ MPI_Datatype block_type(MPI_Datatype base, int64_t count, int64_t stride_elems) 
 
 // ---- reductions done here (the all-reduce for small messages)
 
-template <typename T>
-T min_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    // Symmetric to the bit, as the recursive doubling needs (both partners compute it, a op b and b op a):
-    // -0 beats +0, and a NaN gives the quiet NaN.
-    if (a < b) return a;
-    if (b < a) return b;
-    if (a == b) return std::signbit(a) ? a : b;
-    return std::numeric_limits<T>::quiet_NaN();
-  } else {
-    return a < b ? a : b;
-  }
-}
-template <typename T>
-T max_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (a > b) return a;
-    if (b > a) return b;
-    if (a == b) return std::signbit(a) ? b : a;  // +0 beats -0
-    return std::numeric_limits<T>::quiet_NaN();
-  } else {
-    return a > b ? a : b;
-  }
-}
-
-template <typename T>
-void combine_as(void* dst, const void* src, int64_t n, MPI_Op op) {
-  T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
-  if (op == MPI_SUM) {
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
-  } else if (op == MPI_PROD) {
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] * s[i]);
-  } else if (op == MPI_MIN) {
-    for (int64_t i = 0; i < n; ++i) d[i] = min_of(d[i], s[i]);
-  } else if (op == MPI_MAX) {
-    for (int64_t i = 0; i < n; ++i) d[i] = max_of(d[i], s[i]);
-  } else if (op == MPI_LOR) {
-    for (int64_t i = 0; i < n; ++i) d[i] = d[i] || s[i];
-  } else {  // MPI_LAND
-    for (int64_t i = 0; i < n; ++i) d[i] = d[i] && s[i];
-  }
-}
-
-/// dst[i] = dst[i] op src[i] over n elements of `type` (the types and ops move_type / reduce_mpi_op
-/// give). Commutative to the bit: the partners of a recursive-doubling step end equal.
-void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, MPI_Op op) {
-  if (type == MPI_FLOAT) combine_as<float>(dst, src, n, op);
-  else if (type == MPI_DOUBLE) combine_as<double>(dst, src, n, op);
-  else if (type == MPI_INT32_T) combine_as<int32_t>(dst, src, n, op);
-  else if (type == MPI_INT64_T) combine_as<int64_t>(dst, src, n, op);
-  else if (type == MPI_UINT8_T) combine_as<uint8_t>(dst, src, n, op);
-  else if (type == MPI_C_BOOL) combine_as<bool>(dst, src, n, op);
+/// dst[i] = dst[i] op src[i] over n elements of `type` (the types move_type gives) with reduce_op.h's
+/// meaning of `c`. Commutative to the bit: the partners of a recursive-doubling step end equal.
+void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, Combine c) {
+  auto as = [&](auto tag) {
+    using T = decltype(tag);
+    detail::combine_into<T>(c, static_cast<T*>(dst), static_cast<const T*>(src), n);
+  };
+  if (type == MPI_FLOAT) as(float{});
+  else if (type == MPI_DOUBLE) as(double{});
+  else if (type == MPI_INT32_T) as(int32_t{});
+  else if (type == MPI_INT64_T) as(int64_t{});
+  else if (type == MPI_UINT8_T) as(uint8_t{});
+  else if (type == MPI_C_BOOL) as(bool{});
   else throw std::logic_error("[all_reduce] no local reduction for this MPI type");
 }
 
@@ -951,16 +905,16 @@ int start_small_step(const SmallStep& s, MPI_Comm comm, char* buf, char* tmp, in
 
 /// The recursive doubling as steps of a queued op. `tmp` holds n elements (the partner's data).
 void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
-                         MPI_Op mop, Buffer tmp) {
-  int c = static_cast<int>(n);
+                         Combine c, Buffer tmp) {
+  int count = static_cast<int>(n);
   op.buffers.push_back(tmp);
   char* t = tmp->data();
   for (const SmallStep& s : small_allreduce_plan(rank, size)) {
     Step step{[=](MPI_Request* r) {
       int k = 0;
-      return start_small_step(s, comm, buf, t, c, type, r, &k);
+      return start_small_step(s, comm, buf, t, count, type, r, &k);
     }, nullptr, (s.send >= 0) + (s.recv >= 0)};
-    if (s.combine) step.done = [=](const MPI_Status&) { combine(buf, t, n, type, mop); };
+    if (s.combine) step.done = [=](const MPI_Status&) { combine(buf, t, n, type, c); };
     op.steps.push_back(std::move(step));
   }
 }
@@ -979,7 +933,7 @@ class DoneWork : public Work {
   std::exception_ptr e_;
 };
 
-WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop, bool avg) {
+WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatype type, Combine c, bool avg) {
   std::unique_lock<std::mutex> ex(exec_mu_, std::try_to_lock);
   if (!ex.owns_lock() || current_ || !inflight_.empty()) return nullptr;
   uint64_t seq = 0;
@@ -992,7 +946,7 @@ WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatyp
   const auto deadline = Clock::now() + opts_.timeout;
   const bool small = static_cast<int64_t>(n * type_size(type)) <= g_small_allreduce_bytes.load();
   Buffer tmp = small ? scratch(std::max<size_t>(1, static_cast<size_t>(n) * type_size(type))) : nullptr;
-  const int c = static_cast<int>(n);
+  const int count = static_cast<int>(n);
   // A failure: an op object after all (it keeps the buffers MPI may still use, and names the op).
   auto failed = [&](const std::array<MPI_Request, 2>& req, int nreq, int rc, bool timeout) -> WorkPtr {
     auto op = new_op("all_reduce");
@@ -1015,8 +969,8 @@ WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatyp
   for (const SmallStep& s : small ? small_plan_ : kOneIallreduce) {
     std::array<MPI_Request, 2> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int nreq = 1;
-    int rc = small ? start_small_step(s, coll_comm_, buf, tmp->data(), c, type, req.data(), &nreq)
-                   : MPI_Iallreduce(MPI_IN_PLACE, buf, c, type, mop, comm_, req.data());
+    int rc = small ? start_small_step(s, coll_comm_, buf, tmp->data(), count, type, req.data(), &nreq)
+                   : MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_op(c), comm_, req.data());
     if (rc != MPI_SUCCESS) return failed(req, nreq, rc, false);
     Backoff b;
     for (uint32_t polls = 1;; ++polls) {
@@ -1028,7 +982,7 @@ WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatyp
       if ((polls & 63) == 0 && Clock::now() > deadline) return failed(req, nreq, MPI_SUCCESS, true);
       b.pause();
     }
-    if (small && s.combine) combine(buf, tmp->data(), n, type, mop);
+    if (small && s.combine) combine(buf, tmp->data(), n, type, c);
   }
   if (avg) divide_by(buf, n, type, size_);
   return std::make_shared<DoneWork>(nullptr);
@@ -1115,7 +1069,7 @@ void add_alltoall(OpState& op, MPI_Comm comm, const char* in, char* out, int64_t
 
 class MpiProcessGroup : public ProcessGroup {
  public:
-  explicit MpiProcessGroup(std::shared_ptr<Engine> e) : e_(std::move(e)) {}
+  explicit MpiProcessGroup(std::shared_ptr<Engine> e) : ProcessGroup(traits()), e_(std::move(e)) {}
   ~MpiProcessGroup() override { e_->shutdown("group destroyed"); }
 
   int rank() const override { return e_->rank(); }
@@ -1124,17 +1078,15 @@ class MpiProcessGroup : public ProcessGroup {
   const GroupOptions& options() const override { return e_->options(); }
   uint64_t sequence_number() const override { return e_->sequence_number(); }
 
-  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
+  WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     const char* fn = "all_reduce";
-    check_tensor(fn, "tensor", tensor);
-    check_reduce(fn, op, tensor.dtype());
     char* data = static_cast<char*>(tensor.data_ptr());
     int64_t n = tensor.numel();
     ScalarType dt = tensor.dtype();
     int size = this->size();
     // A synchronous all-reduce on an idle group runs at once, with no op object.
     if (detail::t_sync_call && !is_16bit_float(dt) && !g_debug.load() && size > 1 && n <= max_count()) {
-      if (WorkPtr w = e_->allreduce_now(tensor, data, n, move_type(dt), reduce_mpi_op(op, dt), op == ReduceOp::AVG)) {
+      if (WorkPtr w = e_->allreduce_now(tensor, data, n, move_type(dt), detail::combine_of(op, dt), op == ReduceOp::AVG)) {
         return w;
       }
     }
@@ -1145,23 +1097,21 @@ class MpiProcessGroup : public ProcessGroup {
       Buffer f = make_buffer(n * sizeof(float));
       o->buffers.push_back(f);
       o->before = [=] { widen(data, reinterpret_cast<float*>(f->data()), n, dt); };
-      add_allreduce_op(*o, f->data(), n, MPI_FLOAT, reduce_mpi_op(op, dt));
+      add_allreduce_op(*o, f->data(), n, MPI_FLOAT, detail::combine_of(op, dt));
       o->after = [=] {
         if (op == ReduceOp::AVG) divide_by(f->data(), n, MPI_FLOAT, size);
         narrow(reinterpret_cast<float*>(f->data()), data, n, dt);
       };
     } else {
       MPI_Datatype type = move_type(dt);
-      add_allreduce_op(*o, data, n, type, reduce_mpi_op(op, dt));
+      add_allreduce_op(*o, data, n, type, detail::combine_of(op, dt));
       if (op == ReduceOp::AVG) o->after = [=] { divide_by(data, n, type, size); };
     }
     return e_->submit(o);
   }
 
-  WorkPtr broadcast_async(Tensor& tensor, int src) override {
+  WorkPtr do_broadcast(Tensor& tensor, int src) override {
     const char* fn = "broadcast";
-    check_tensor(fn, "tensor", tensor);
-    check_rank(fn, "src", src);
     auto o = e_->new_op(fn);
     o->keep.push_back(tensor);
     add_debug_check(*o, fn, tensor.numel(), tensor.dtype());
@@ -1169,12 +1119,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) override {
     const char* fn = "all_gather_into_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_gather_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, input.numel(), input.dtype());
@@ -1184,10 +1130,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
+  WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     const char* fn = "all_gather";
-    check_tensor(fn, "input", input);
-    check_list(fn, "outputs", outputs, input);
     auto o = e_->new_op(fn);
     o->keep.push_back(input);
     for (auto& t : outputs) o->keep.push_back(t);
@@ -1204,13 +1148,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
+  WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) override {
     const char* fn = "reduce_scatter_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    check_reduce(fn, op, input.dtype());
-    detail::check_scatter_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, output.numel(), output.dtype());
@@ -1225,11 +1164,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     const char* fn = "reduce_scatter";
-    check_tensor(fn, "output", output);
-    check_list(fn, "inputs", inputs, output);
-    check_reduce(fn, op, output.dtype());
     auto o = e_->new_op(fn);
     o->keep.push_back(output);
     add_debug_check(*o, fn, output.numel(), output.dtype());
@@ -1241,12 +1177,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_to_all(Tensor& output, const Tensor& input) override {
     const char* fn = "all_to_all";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_all_to_all_sizes(at(fn), output, input, size());
     auto o = e_->new_op(fn);
     o->keep = {output, input};
     add_debug_check(*o, fn, input.numel(), input.dtype());
@@ -1256,11 +1188,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override {
     const char* fn = "send";
-    check_tensor(fn, "tensor", tensor);
-    check_rank(fn, "dst", dst);
-    check_tag(fn, tag);
     auto o = e_->new_op(fn);
     o->p2p = true;
     o->timed = false;
@@ -1280,11 +1209,8 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
+  WorkPtr do_recv(Tensor& tensor, int src, int tag) override {
     const char* fn = "recv";
-    check_tensor(fn, "tensor", tensor);
-    check_rank(fn, "src", src);
-    check_tag(fn, tag);
     auto o = e_->new_op(fn);
     o->p2p = true;
     o->peer = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
@@ -1313,65 +1239,40 @@ class MpiProcessGroup : public ProcessGroup {
     return e_->submit(o);
   }
 
-  WorkPtr barrier_async() override {
+  WorkPtr do_barrier() override {
     auto o = e_->new_op("barrier");
     MPI_Comm comm = e_->comm();
     o->steps.push_back({[=](MPI_Request* r) { return MPI_Ibarrier(comm, r); }, nullptr});
     return e_->submit(o);
   }
 
-  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
-    const char* fn = "new_group";
-    auto g = detail::new_group_split(e_->where(fn), ranks, rank(), size());
-    return make_subgroup(fn, g.color, g.key, g.check, std::move(options));
+  ProcessGroupPtr do_new_group(const std::vector<int>&, int color, int key, int64_t check,
+                               std::optional<GroupOptions> options) override {
+    return make_subgroup("new_group", color, key, check, std::move(options));
   }
 
-  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
-    return make_subgroup("split", color < 0 ? -1 : color, key, 0, std::move(options));
+  ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) override {
+    return make_subgroup("split", color, key, 0, std::move(options));
   }
 
  private:
   /// The all-reduce's steps: troupe's recursive doubling for small buffers, MPI_Iallreduce otherwise.
-  void add_allreduce_op(OpState& o, char* buf, int64_t n, MPI_Datatype type, MPI_Op mop) {
+  void add_allreduce_op(OpState& o, char* buf, int64_t n, MPI_Datatype type, Combine c) {
     if (size() > 1 && n <= max_count() &&
         static_cast<int64_t>(n * type_size(type)) <= g_small_allreduce_bytes.load()) {
-      add_small_allreduce(o, e_->coll_comm(), rank(), size(), buf, n, type, mop,
+      add_small_allreduce(o, e_->coll_comm(), rank(), size(), buf, n, type, c,
                           e_->scratch(std::max<size_t>(1, n * type_size(type))));
     } else {
-      add_allreduce(o, e_->comm(), buf, n, type, mop);
+      add_allreduce(o, e_->comm(), buf, n, type, mpi_op(c));
     }
   }
 
-  // The error prefix of op `fn`, built only when a check fails.
-  detail::ErrorPrefix<Engine> at(const char* fn) const { return {e_.get(), fn}; }
-  void check_tensor(const char* fn, const char* what, const Tensor& t) const {
-    detail::check_defined(at(fn), what, t);
-    if (!t.is_cpu()) {
-      throw CommError(e_->where(fn) + ": " + what + " is on " + t.device().str() + "; the mpi backend takes CPU tensors");
-    }
-    detail::check_contiguous(at(fn), what, t);
-  }
-  void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
-    detail::check_same_dtype(at(fn), what, t, ref);
-  }
-  void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
-    detail::check_list_like(at(fn), what, list, like, size(),
-                            [&](const char* name, const Tensor& t) { check_tensor(fn, name, t); });
-  }
-  void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
-    detail::check_reduce(at(fn), op, dt);
-  }
-  void check_rank(const char* fn, const char* what, int r) const {
-    detail::check_rank(at(fn), what, r, size());
-  }
-  void check_tag(const char* fn, int tag) const {
+  /// CPU tensors, send to self (buffered), tags up to MPI_TAG_UB.
+  static Traits traits() {
     int* ub = nullptr;
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-    int max_tag = flag && ub ? *ub : 32767;
-    if (tag < 0 || tag > max_tag) {
-      throw CommError(e_->where(fn) + ": tag " + std::to_string(tag) + " is not in [0, " + std::to_string(max_tag) + "]");
-    }
+    return Traits{Device(kCPU), true, flag && ub ? *ub : 32767};
   }
 
   /// Input's data, or a copy of it when it overlaps `output` (MPI forbids aliased buffers).
@@ -1394,14 +1295,14 @@ class MpiProcessGroup : public ProcessGroup {
       o.buffers.push_back(fin);
       o.buffers.push_back(fout);
       o.before = [=] { widen(in, reinterpret_cast<float*>(fin->data()), n * size, dt); };
-      add_reduce_scatter(o, e_->comm(), rank(), size, fin->data(), fout->data(), n, MPI_FLOAT, reduce_mpi_op(op, dt));
+      add_reduce_scatter(o, e_->comm(), rank(), size, fin->data(), fout->data(), n, MPI_FLOAT, mpi_op(detail::combine_of(op, dt)));
       o.after = [=] {
         if (op == ReduceOp::AVG) divide_by(fout->data(), n, MPI_FLOAT, size);
         narrow(reinterpret_cast<float*>(fout->data()), out, n, dt);
       };
     } else {
       MPI_Datatype type = move_type(dt);
-      add_reduce_scatter(o, e_->comm(), rank(), size, in, out, n, type, reduce_mpi_op(op, dt));
+      add_reduce_scatter(o, e_->comm(), rank(), size, in, out, n, type, mpi_op(detail::combine_of(op, dt)));
       if (op == ReduceOp::AVG) o.after = [=] { divide_by(out, n, type, size); };
     }
   }

@@ -8,6 +8,7 @@
 // its deadline passes, which aborts the communicator.
 #include <troupe/comm/checks.h>
 #include <troupe/comm/nccl.h>
+#include <troupe/comm/reduce_op.h>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -87,15 +88,15 @@ ncclDataType_t nccl_type(ScalarType t) {
   return ncclUint8;
 }
 
-/// bool (0/1 bytes): SUM and MAX are OR (ncclMax), PRODUCT and MIN are AND (ncclMin).
+/// The NCCL op of `op` on `t`: reduce_op.h's table (bool moves as 0/1 bytes: OR is ncclMax, AND ncclMin),
+/// AVG as ncclAvg on floating dtypes.
 ncclRedOp_t nccl_op(ReduceOp op, ScalarType t) {
-  if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? ncclMin : ncclMax;
-  switch (op) {
-    case ReduceOp::SUM: return ncclSum;
-    case ReduceOp::AVG: return ncclAvg;
-    case ReduceOp::PRODUCT: return ncclProd;
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::MAX: return ncclMax;
+  if (op == ReduceOp::AVG && t != kBool) return ncclAvg;
+  switch (detail::combine_of(op, t)) {
+    case detail::Combine::Sum: return ncclSum;
+    case detail::Combine::Product: return ncclProd;
+    case detail::Combine::Min: case detail::Combine::And: return ncclMin;
+    case detail::Combine::Max: case detail::Combine::Or: return ncclMax;
   }
   return ncclSum;
 }
@@ -148,8 +149,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   ~Comm() { shutdown(); }
 
   static std::string describe(const std::string& name, int rank, int size, int device) {
-    return "group '" + name + "' (nccl, rank " + std::to_string(rank) + " of " + std::to_string(size) + ", cuda:" +
-           std::to_string(device) + ")";
+    return detail::group_desc(name, "nccl", rank, size, Device(kCUDA, device));
   }
 
   /// Creates the ready event and the scratch buffer (the device must be current).
@@ -168,8 +168,6 @@ class Comm : public std::enable_shared_from_this<Comm> {
   const GroupOptions& options() const { return opts_; }
   uint64_t sequence_number() const { return seq_.load(); }
   std::mutex& mutex() { return mu_; }
-
-  std::string where(const char* fn) const { return "[" + std::string(fn) + "] " + *desc_; }
 
   OpPtr new_op(const char* name) {
     auto op = std::make_shared<Op>();
@@ -514,7 +512,9 @@ std::shared_ptr<Comm> make_comm(ncclComm_t h, ncclResult_t pending, int device, 
 
 class NcclProcessGroup : public ProcessGroup {
  public:
-  explicit NcclProcessGroup(std::shared_ptr<Comm> c) : c_(std::move(c)) {}
+  /// CUDA tensors on the group's device; no send to self; tags >= 0 (and ignored).
+  explicit NcclProcessGroup(std::shared_ptr<Comm> c)
+      : ProcessGroup(Traits{Device(kCUDA, c->device()), false, 2147483647}), c_(std::move(c)) {}
   ~NcclProcessGroup() override { c_->shutdown(); }
 
   int rank() const override { return c_->rank(); }
@@ -523,10 +523,8 @@ class NcclProcessGroup : public ProcessGroup {
   const GroupOptions& options() const override { return c_->options(); }
   uint64_t sequence_number() const override { return c_->sequence_number(); }
 
-  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
+  WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     const char* fn = "all_reduce";
-    check_tensor(fn, "tensor", tensor);
-    check_reduce(fn, op, tensor.dtype());
     auto o = c_->new_op(fn);
     o->keep.push_back(tensor);
     void* p = tensor.data_ptr();
@@ -539,10 +537,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr broadcast_async(Tensor& tensor, int src) override {
+  WorkPtr do_broadcast(Tensor& tensor, int src) override {
     const char* fn = "broadcast";
-    check_tensor(fn, "tensor", tensor);
-    check_rank(fn, "src", src);
     auto o = c_->new_op(fn);
     o->keep.push_back(tensor);
     void* p = tensor.data_ptr();
@@ -554,12 +550,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) override {
     const char* fn = "all_gather_into_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_gather_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -587,10 +579,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
+  WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     const char* fn = "all_gather";
-    check_tensor(fn, "input", input);
-    check_list(fn, "outputs", outputs, input);
     auto o = c_->new_op(fn);
     o->keep.push_back(input);
     for (auto& t : outputs) o->keep.push_back(t);
@@ -615,13 +605,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
+  WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) override {
     const char* fn = "reduce_scatter_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    check_reduce(fn, op, input.dtype());
-    detail::check_scatter_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -650,11 +635,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     const char* fn = "reduce_scatter";
-    check_tensor(fn, "output", output);
-    check_list(fn, "inputs", inputs, output);
-    check_reduce(fn, op, output.dtype());
     auto o = c_->new_op(fn);
     o->keep.push_back(output);
     for (auto& t : inputs) o->keep.push_back(t);
@@ -680,12 +662,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_to_all(Tensor& output, const Tensor& input) override {
     const char* fn = "all_to_all";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_all_to_all_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -724,10 +702,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override {
     const char* fn = "send";
-    check_tensor(fn, "tensor", tensor);
-    check_peer(fn, "dst", dst, tag);
     auto o = c_->new_op(fn);
     o->p2p = true;
     o->peer = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
@@ -741,10 +717,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
+  WorkPtr do_recv(Tensor& tensor, int src, int tag) override {
     const char* fn = "recv";
-    check_tensor(fn, "tensor", tensor);
-    check_peer(fn, "src", src, tag);
     auto o = c_->new_op(fn);
     o->p2p = true;
     o->peer = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
@@ -758,7 +732,7 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr barrier_async() override {
+  WorkPtr do_barrier() override {
     auto o = c_->new_op("barrier");
     Comm& c = *c_;
     return c_->submit(o, [] {}, [&] {
@@ -766,54 +740,16 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
-    const char* fn = "new_group";
-    auto g = detail::new_group_split(c_->where(fn), ranks, rank(), size());
-    return make_subgroup(fn, g.color, g.key, g.check, std::move(options));
+  ProcessGroupPtr do_new_group(const std::vector<int>&, int color, int key, int64_t check,
+                               std::optional<GroupOptions> options) override {
+    return make_subgroup("new_group", color, key, check, std::move(options));
   }
 
-  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
-    return make_subgroup("split", color < 0 ? -1 : color, key, 0, std::move(options));
+  ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) override {
+    return make_subgroup("split", color, key, 0, std::move(options));
   }
 
  private:
-  // The error prefix of op `fn`, built only when a check fails.
-  detail::ErrorPrefix<Comm> at(const char* fn) const { return {c_.get(), fn}; }
-  void check_tensor(const char* fn, const char* what, const Tensor& t) const {
-    detail::check_defined(at(fn), what, t);
-    if (!t.is_cuda()) {
-      throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() +
-                      "; the nccl backend takes CUDA tensors on cuda:" + std::to_string(c_->device()) +
-                      " (use the mpi or local backend for CPU tensors)");
-    }
-    if (t.device().index >= 0 && t.device().index != c_->device()) {
-      throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() + ", the group's device is cuda:" +
-                      std::to_string(c_->device()));
-    }
-    detail::check_contiguous(at(fn), what, t);
-  }
-  void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
-    detail::check_same_dtype(at(fn), what, t, ref);
-  }
-  void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
-    detail::check_list_like(at(fn), what, list, like, size(),
-                            [&](const char* name, const Tensor& t) { check_tensor(fn, name, t); });
-  }
-  void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
-    detail::check_reduce(at(fn), op, dt);
-  }
-  void check_rank(const char* fn, const char* what, int r) const {
-    detail::check_rank(at(fn), what, r, size());
-  }
-  void check_peer(const char* fn, const char* what, int peer, int tag) const {
-    check_rank(fn, what, peer);
-    if (peer == rank()) {
-      throw CommError(c_->where(fn) + ": " + what + " " + std::to_string(peer) +
-                      " is this rank; the nccl backend cannot send to or receive from itself");
-    }
-    if (tag < 0) throw CommError(c_->where(fn) + ": tag " + std::to_string(tag) + " is negative");
-  }
-
   /// new_group / split: every rank's (color, key, check) is all-gathered on the device (one timed op),
   /// checked, then ncclCommSplit.
   ProcessGroupPtr make_subgroup(const char* fn, int color, int key, int64_t check, std::optional<GroupOptions> options) {
