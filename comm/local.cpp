@@ -5,7 +5,7 @@
 // copies its result in place (phase 2). all_reduce: rank r reduces elements [r*n/size, (r+1)*n/size)
 // into a shared staging buffer in phase 1 and copies the whole buffer into its tensor in phase 2, so the
 // work is spread over the ranks' threads.
-#include "local.h"
+#include "local_internal.h"
 
 #include <troupe/comm/reduce_op.h>
 
@@ -30,12 +30,7 @@ namespace troupe::comm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-enum class OpKind {
-  AllReduce, Broadcast, AllGatherIntoTensor, AllGather, ReduceScatterTensor, ReduceScatter, AllToAll,
-  Barrier, NewGroup, Split
-};
+using namespace local_impl;
 
 const char* op_name(OpKind k) {
   switch (k) {
@@ -68,16 +63,6 @@ std::string shape_str(const std::vector<int64_t>& s) { return "[" + list_str(s) 
 
 std::string tensor_str(const std::vector<int64_t>& shape, ScalarType dtype) {
   return "shape " + shape_str(shape) + " (" + dtype_name(dtype) + ")";
-}
-
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
 }
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
@@ -123,253 +108,6 @@ void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byt
     for (size_t q = 0; q < ins.size(); ++q) typed[q] = reinterpret_cast<const T*>(ins[q]);
     reduce_typed<T>(op, dtype, typed, reinterpret_cast<T*>(out), n);
   });
-}
-
-// ---- shared state
-
-struct WorldState;
-
-// The groups of one make_local_groups call and every sub-group made from them: a failing rank aborts
-// them together.
-struct Universe {
-  std::atomic<bool> aborted{false};
-  std::mutex mu;
-  std::string reason;
-  std::vector<std::weak_ptr<WorldState>> states;
-
-  void add(const std::shared_ptr<WorldState>& s) {
-    std::lock_guard<std::mutex> g(mu);
-    std::erase_if(states, [](const auto& w) { return w.expired(); });
-    states.push_back(s);
-  }
-  std::string why() {
-    std::lock_guard<std::mutex> g(mu);
-    return reason;
-  }
-  void abort(const std::string& why);
-};
-
-// What one rank brought to a rendezvous.
-struct Slot {
-  OpKind kind = OpKind::Barrier;
-  ReduceOp op = ReduceOp::SUM;
-  int src = -1;
-  bool has_tensor = false;  // dtype and in_shape are compared across ranks
-  bool has_out = false;     // out_shape too
-  const char* in_label = "tensor";
-  ScalarType dtype = kFloat32;
-  std::vector<int64_t> in_shape, out_shape;
-  const std::byte* in = nullptr;
-  std::byte* out = nullptr;
-  std::vector<const std::byte*> ins;  // reduce_scatter: inputs[q]
-  std::vector<std::byte*> outs;       // all_gather: outputs[q]
-  std::vector<int> ranks;             // new_group
-  int color = 0, key = 0;             // split
-  std::optional<GroupOptions> options;  // new_group, split
-};
-
-struct Rendezvous {
-  explicit Rendezvous(int size) : slots(size), arrived(size, false) {}
-  std::vector<Slot> slots;
-  std::vector<bool> arrived;
-  int n_arrived = 0, n_computed = 0, n_left = 0;
-  bool ready = false;  // every rank arrived, consistently: phase 1 may start
-  std::string error;   // set instead of ready (mismatch, timeout, abort) or by a failing phase 1
-  std::byte* staging = nullptr;  // all_reduce: the group's staging buffer
-  std::vector<std::shared_ptr<WorldState>> new_states;  // per rank: its new group's state, or null
-  std::vector<int> new_ranks;                           // per rank: its rank in that group
-};
-
-struct Message {
-  ScalarType dtype;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-};
-
-// What the ranks of one group share.
-struct WorldState;
-void notify(WorldState& st);
-
-struct WorldState {
-  int size = 1;
-  GroupOptions options;
-  std::shared_ptr<Universe> universe;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<uint64_t> events{0};  // bumped before every cv.notify_all (see wait_briefly)
-  std::map<uint64_t, std::shared_ptr<Rendezvous>> rendezvous;           // by sequence number
-  std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // by (src, dst, tag)
-  // all_reduce's staging buffer, kept between collectives: collective s+1 becomes ready only once every
-  // rank has finished collective s, so one buffer per group is never used by two at once.
-  std::unique_ptr<std::byte[]> staging;
-  size_t staging_bytes = 0;
-};
-
-// Wakes every waiter on st (st.mu need not be held).
-void notify(WorldState& st) {
-  st.events.fetch_add(1, std::memory_order_release);
-  st.cv.notify_all();
-}
-
-// How long a rank polls for its peers before it sleeps on st.cv.
-constexpr auto kSpin = std::chrono::microseconds(50);
-
-// Called with lk (on st.mu) held before sleeping on st.cv: lets go of the lock and polls, yielding the
-// core each time, until something is notified or kSpin passed; returns with lk held. Peers that arrive
-// within kSpin then cost no futex wake-up and context switch (10-20 us each on 2 cores, and a scheduler
-// slice when other processes hold the core), as MPI's polling costs it none.
-void wait_briefly(WorldState& st, std::unique_lock<std::mutex>& lk) {
-  const uint64_t seen = st.events.load(std::memory_order_acquire);
-  lk.unlock();
-  const auto until = Clock::now() + kSpin;
-  for (int i = 1; st.events.load(std::memory_order_acquire) == seen; ++i) {
-    if (i % 16 == 0 && Clock::now() >= until) break;
-    std::this_thread::yield();
-  }
-  lk.lock();
-}
-
-void Universe::abort(const std::string& why) {
-  std::vector<std::shared_ptr<WorldState>> live;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    if (!aborted.load()) reason = why;
-    aborted.store(true);
-    for (auto& w : states)
-      if (auto s = w.lock()) live.push_back(std::move(s));
-  }
-  for (auto& s : live) {
-    { std::lock_guard<std::mutex> g(s->mu); }  // a waiter is either before its predicate check or waiting
-    notify(*s);
-  }
-}
-
-std::shared_ptr<WorldState> make_state(int size, GroupOptions options, std::shared_ptr<Universe> universe) {
-  auto s = std::make_shared<WorldState>();
-  s->size = size;
-  s->options = std::move(options);
-  s->universe = std::move(universe);
-  s->universe->add(s);
-  return s;
-}
-
-// ---- Work and the op queue
-
-class LocalWork;
-
-// A rank's ops in issue order, run one at a time: by the rank's worker thread, or by a thread that waits
-// for one of them while nobody runs an op (it runs the queue up to its own op: no hand-off to the worker
-// and back, two context switches a synchronous collective saved).
-struct OpQueue {
-  struct Task {
-    std::function<void()> fn;
-    std::shared_ptr<LocalWork> work;
-  };
-  std::mutex mu;
-  std::condition_variable cv;  // to the worker: an op to run, or stop
-  std::deque<Task> tasks;
-  bool running = false;  // the worker or a waiter is running an op
-  bool stop = false;
-
-  // Pops the front task and runs it (mu held on entry and on return).
-  void run_front(std::unique_lock<std::mutex>& lk);
-};
-
-class LocalWork final : public Work {
- public:
-  LocalWork(std::string what, std::weak_ptr<OpQueue> queue) : what_(std::move(what)), queue_(std::move(queue)) {}
-
-  bool is_completed() override {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (done_) return true;
-    }
-    wake_worker();
-    return false;
-  }
-
-  void wait(std::optional<std::chrono::milliseconds> timeout) override {
-    // With a timeout, running the op here could outlast it: the worker runs it.
-    if (timeout) wake_worker();
-    else run_queue_up_to_this();
-    std::unique_lock<std::mutex> lk(mu_);
-    if (timeout) {
-      if (!cv_.wait_for(lk, *timeout, [&] { return done_; }))
-        throw CommError("[comm] wait on " + what_ + ": not completed within " + std::to_string(timeout->count()) +
-                        " ms");
-    } else {
-      cv_.wait(lk, [&] { return done_; });  // bounded: the op itself fails once the group's timeout passes
-    }
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  std::exception_ptr exception() override {
-    std::lock_guard<std::mutex> g(mu_);
-    return error_;
-  }
-
-  void finish(std::exception_ptr e) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      done_ = true;
-      error_ = std::move(e);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  friend struct OpQueue;
-
-  // While this op is queued and nobody runs one, runs the queue's ops up to this one on this thread.
-  void run_queue_up_to_this() {
-    auto q = queue_.lock();
-    if (!q) return;
-    std::unique_lock<std::mutex> lk(q->mu);
-    if (!queued_ || q->running) return;
-    while (queued_) q->run_front(lk);
-    const bool more = !q->tasks.empty() || q->stop;
-    lk.unlock();
-    if (more) q->cv.notify_one();  // the ops queued after this one, or a stopping worker, go on
-  }
-
-  // A synchronous call's op is queued without waking the worker; whoever polls or waits with a timeout
-  // for it wakes it.
-  void wake_worker() {
-    auto q = queue_.lock();
-    if (!q) return;
-    bool queued;
-    {
-      std::lock_guard<std::mutex> g(q->mu);
-      queued = queued_;
-    }
-    if (queued) q->cv.notify_one();
-  }
-
-  std::string what_;
-  std::weak_ptr<OpQueue> queue_;
-  bool queued_ = true;  // in its queue, not yet taken (guarded by OpQueue::mu)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-};
-
-void OpQueue::run_front(std::unique_lock<std::mutex>& lk) {
-  Task t = std::move(tasks.front());
-  tasks.pop_front();
-  t.work->queued_ = false;
-  running = true;
-  lk.unlock();
-  std::exception_ptr e;
-  try {
-    t.fn();
-  } catch (...) {
-    e = std::current_exception();
-  }
-  t.fn = nullptr;  // drop the op's tensors before it reports completion
-  t.work->finish(std::move(e));
-  lk.lock();
-  running = false;
 }
 
 // ---- the group object of one rank
@@ -848,6 +586,12 @@ class LocalGroup final : public ProcessGroup {
 
 }  // namespace
 
+namespace local_impl {
+std::shared_ptr<Universe> universe_of(const ProcessGroup& group) {
+  return static_cast<const LocalGroup&>(group).universe();
+}
+}  // namespace local_impl
+
 std::vector<ProcessGroupPtr> make_local_groups(int n, GroupOptions options) {
   if (n < 1) throw CommError("[make_local_groups] n must be at least 1, got " + std::to_string(n));
   if (options.timeout.count() <= 0)
@@ -858,69 +602,6 @@ std::vector<ProcessGroupPtr> make_local_groups(int n, GroupOptions options) {
   groups.reserve(n);
   for (int r = 0; r < n; ++r) groups.push_back(std::make_shared<LocalGroup>(state, r));
   return groups;
-}
-
-namespace {
-
-// Rethrows e as the same standard exception family, its message prefixed with the rank.
-[[noreturn]] void rethrow_named(int rank, const std::exception_ptr& e) {
-  const std::string head = "[run_local] rank " + std::to_string(rank) + ": ";
-  try {
-    std::rethrow_exception(e);
-  } catch (const CommError& x) {
-    throw CommError(head + x.what());
-  } catch (const std::invalid_argument& x) {
-    throw std::invalid_argument(head + x.what());
-  } catch (const std::out_of_range& x) {
-    throw std::out_of_range(head + x.what());
-  } catch (const std::logic_error& x) {
-    throw std::logic_error(head + x.what());
-  } catch (const std::exception& x) {
-    throw std::runtime_error(head + x.what());
-  } catch (...) {
-    throw std::runtime_error(head + "threw an exception not derived from std::exception");
-  }
-}
-
-}  // namespace
-
-void run_local(int n, std::function<void(ProcessGroupPtr)> fn, GroupOptions options) {
-  if (!fn) throw CommError("[run_local] fn is empty");
-  auto groups = make_local_groups(n, std::move(options));
-  auto universe = static_cast<LocalGroup&>(*groups[0]).universe();
-  std::mutex mu;
-  int first_rank = -1;
-  std::exception_ptr first;
-  // Each rank computes with its share of the caller's threads, as one process per rank would; BLAS runs
-  // on the ranks' own threads while more than one computes (tensor/parallel.h).
-  const int budget = std::max(1, get_num_threads() / n);
-  std::optional<SerialBlasGuard> serial_blas;
-  if (n > 1) serial_blas.emplace();
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      NumThreadsGuard threads_of_rank(budget);
-      set_thread_world(groups[r]);
-      try {
-        fn(groups[r]);
-      } catch (...) {
-        auto e = std::current_exception();
-        {
-          std::lock_guard<std::mutex> g(mu);
-          if (!first) {
-            first = e;
-            first_rank = r;
-          }
-        }
-        universe->abort("rank " + std::to_string(r) + " failed: " + describe(e));
-      }
-      set_thread_world(nullptr);
-    });
-  }
-  for (auto& t : threads) t.join();
-  groups.clear();  // joins the ranks' workers
-  if (first) rethrow_named(first_rank, first);
 }
 
 }  // namespace troupe::comm
