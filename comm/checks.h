@@ -4,6 +4,7 @@
 // what was wrong and the values.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ struct NewGroupSplit {
 /// Validates `ranks` (non-empty, each in [0, size), none twice; errors prefixed by `where`) and gives
 /// the split of rank `rank`.
 NewGroupSplit new_group_split(const std::string& where, const std::vector<int>& ranks, int rank, int size);
+
+/// What a rank learns from every rank's (color, key, check) of a new_group or split.
+struct SubgroupPlan {
+  std::vector<int> members;  // this rank's new group: ranks here, in new-rank order by (key, rank); empty: none
+  int new_rank = -1;         // this rank's rank in it
+  GroupOptions options;      // its options (subgroup_options)
+};
+/// The plan of rank `rank` (its color and check) from `all` (3 values per rank of the parent group);
+/// throws CommError prefixed by `where` when a rank's check differs from this rank's.
+SubgroupPlan plan_subgroup(const std::string& where, const std::vector<int64_t>& all, int rank, int color,
+                           int64_t check, const GroupOptions& parent, const std::optional<GroupOptions>& given);
+/// A sub-group's options: `given`, else the parent's; unless `given` names it, it is named
+/// "<parent's name>/group[<members>]".
+GroupOptions subgroup_options(const GroupOptions& parent, const std::optional<GroupOptions>& given,
+                              const std::vector<int>& members);
 
 /// An undefined tensor.
 template <class W>

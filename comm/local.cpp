@@ -7,6 +7,7 @@
 // work is spread over the ranks' threads.
 #include "local_internal.h"
 
+#include <troupe/comm/checks.h>
 #include <troupe/comm/reduce_op.h>
 
 #include <troupe/tensor/parallel.h>
@@ -431,11 +432,7 @@ class LocalGroup final : public ProcessGroup {
   // A sub-group's options: those the lowest member passed, else this group's; its name, unless given,
   // is this group's name + "/group[<members' ranks here>]".
   GroupOptions sub_options(const Rendezvous& rv, const std::vector<int>& members) const {
-    const auto& given = rv.slots[members[0]].options;
-    GroupOptions o = given ? *given : st_->options;
-    if (!given || given->name.empty() || given->name == GroupOptions{}.name)
-      o.name = name() + "/group[" + list_str(members, ",") + "]";
-    return o;
+    return detail::subgroup_options(st_->options, rv.slots[members[0]].options, members);
   }
 
   WorkPtr issue(OpKind k, std::function<void(uint64_t)> body) {

@@ -386,30 +386,12 @@ class MpiProcessGroup : public ProcessGroup {
     int me = rank();
     std::string where = e_->where(fn);
     o->after = [=] {
-      auto& a = *all;
-      for (int r = 0; r < n; ++r) {
-        if (a[3 * r + 2] != check) {
-          throw CommError(where + ": ranks passed different rank lists (rank " + std::to_string(r) + "'s differs from rank " +
-                          std::to_string(me) + "'s)");
-        }
-      }
+      auto plan = detail::plan_subgroup(where, *all, me, color, check, parent, options);
       MPI_Comm sub = MPI_COMM_NULL;
       int rc = MPI_Comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &sub);
       if (rc != MPI_SUCCESS) throw CommError(where + ": MPI_Comm_split failed: " + mpi_error_string(rc));
       if (color < 0 || sub == MPI_COMM_NULL) return;
-      // Members in new-rank order: by (key, parent rank).
-      std::vector<std::pair<int64_t, int>> members;
-      for (int r = 0; r < n; ++r) {
-        if (a[3 * r] == color) members.push_back({a[3 * r + 1], r});
-      }
-      std::sort(members.begin(), members.end());
-      GroupOptions opts = options ? *options : parent;
-      if (!options || opts.name.empty() || opts.name == GroupOptions{}.name) {
-        std::string name = parent.name + "/group[";
-        for (size_t i = 0; i < members.size(); ++i) name += (i ? "," : "") + std::to_string(members[i].second);
-        opts.name = name + "]";
-      }
-      auto engine = std::make_shared<Engine>(sub, opts);
+      auto engine = std::make_shared<Engine>(sub, plan.options);
       engine->start_worker();
       *result = std::make_shared<MpiProcessGroup>(engine);
     };

@@ -300,25 +300,8 @@ class NcclProcessGroup : public ProcessGroup {
     c_->submit(o, [] {}, [&] {
       TROUPE_NCCL_CALL(c, *o, ncclAllGather(mine.data_ptr(), all.data_ptr(), 3, ncclInt64, c.handle(), c.stream()));
     })->wait();
-    std::vector<int64_t> a = all.cpu().to_vector<int64_t>();
     std::string label = o->label();
-    for (int r = 0; r < n; ++r) {
-      if (a[3 * r + 2] != check) {
-        throw CommError(label + ": ranks passed different rank lists (rank " + std::to_string(r) +
-                        "'s differs from rank " + std::to_string(rank()) + "'s)");
-      }
-    }
-    std::vector<std::pair<int64_t, int>> members;  // by (key, parent rank): the new ranks' order
-    for (int r = 0; r < n; ++r) {
-      if (color >= 0 && a[3 * r] == color) members.push_back({a[3 * r + 1], r});
-    }
-    std::sort(members.begin(), members.end());
-    GroupOptions opts = options ? *options : c_->options();
-    if (!options || opts.name.empty() || opts.name == GroupOptions{}.name) {
-      std::string name = c_->options().name + "/group[";
-      for (size_t i = 0; i < members.size(); ++i) name += (i ? "," : "") + std::to_string(members[i].second);
-      opts.name = name + "]";
-    }
+    auto plan = detail::plan_subgroup(label, all.cpu().to_vector<int64_t>(), rank(), color, check, c_->options(), options);
     ncclComm_t sub = nullptr;
     ncclResult_t r;
     {
@@ -337,13 +320,9 @@ class NcclProcessGroup : public ProcessGroup {
       }
     }
     if (color < 0 || sub == nullptr) return nullptr;
-    int new_rank = 0;
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (members[i].second == rank()) new_rank = static_cast<int>(i);
-    }
     DeviceGuard dg(c_->device());
-    auto comm = make_comm(sub, ncclInProgress, c_->device(), new_rank, static_cast<int>(members.size()),
-                          std::move(opts), fn, "ncclCommSplit");
+    auto comm = make_comm(sub, ncclInProgress, c_->device(), plan.new_rank, static_cast<int>(plan.members.size()),
+                          std::move(plan.options), fn, "ncclCommSplit");
     return std::make_shared<NcclProcessGroup>(comm);
   }
 
