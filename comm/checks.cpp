@@ -1,8 +1,38 @@
+// The messages of the front's failed checks (checks.h), the group description in them, and new_group's
+// rank-list check and split.
 #include <troupe/comm/checks.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace troupe::comm::detail {
+
+std::string group_desc(const std::string& name, const std::string& backend, int rank, int size, Device device) {
+  return "group '" + name + "' (" + backend + ", rank " + std::to_string(rank) + " of " + std::to_string(size) +
+         (device.is_cuda() ? ", " + device.str() : std::string()) + ")";
+}
+
+void fail_device(const std::string& where, const char* what, const Tensor& t, const std::string& backend,
+                 Device device) {
+  if (device.is_cpu()) {
+    throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +
+                    " backend takes CPU tensors");
+  }
+  if (!t.is_cuda()) {
+    throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +
+                    " backend takes CUDA tensors on " + device.str() + " (use the mpi or local backend for CPU tensors)");
+  }
+  throw CommError(where + ": " + what + " is on " + t.device().str() + ", the group's device is " + device.str());
+}
+
+void fail_self_peer(const std::string& where, const char* what, int peer, const std::string& backend) {
+  throw CommError(where + ": " + what + " " + std::to_string(peer) + " is this rank; the " + backend +
+                  " backend cannot send to or receive from itself");
+}
+
+void fail_tag(const std::string& where, int tag, int max_tag) {
+  throw CommError(where + ": tag " + std::to_string(tag) + " is not in [0, " + std::to_string(max_tag) + "]");
+}
 
 std::string shape_str(const Tensor& t) {
   std::ostringstream os;
@@ -80,6 +110,40 @@ NewGroupSplit new_group_split(const std::string& where, const std::vector<int>& 
   }
   out.check = static_cast<int64_t>(h & 0x7fffffffffffffffull);
   return out;
+}
+
+SubgroupPlan plan_subgroup(const std::string& where, const std::vector<int64_t>& all, int rank, int color,
+                           int64_t check, const GroupOptions& parent, const std::optional<GroupOptions>& given) {
+  const int n = static_cast<int>(all.size() / 3);
+  for (int r = 0; r < n; ++r) {
+    if (all[3 * r + 2] != check) {
+      throw CommError(where + ": ranks passed different rank lists (rank " + std::to_string(r) + "'s differs from rank " +
+                      std::to_string(rank) + "'s)");
+    }
+  }
+  SubgroupPlan plan;
+  std::vector<std::pair<int64_t, int>> by_key;  // (key, parent rank): the new ranks' order
+  for (int r = 0; r < n; ++r) {
+    if (color >= 0 && all[3 * r] == color) by_key.push_back({all[3 * r + 1], r});
+  }
+  std::sort(by_key.begin(), by_key.end());
+  for (size_t i = 0; i < by_key.size(); ++i) {
+    plan.members.push_back(by_key[i].second);
+    if (by_key[i].second == rank) plan.new_rank = static_cast<int>(i);
+  }
+  plan.options = subgroup_options(parent, given, plan.members);
+  return plan;
+}
+
+GroupOptions subgroup_options(const GroupOptions& parent, const std::optional<GroupOptions>& given,
+                              const std::vector<int>& members) {
+  GroupOptions o = given ? *given : parent;
+  if (!given || given->name.empty() || given->name == GroupOptions{}.name) {
+    o.name = parent.name + "/group[";
+    for (size_t i = 0; i < members.size(); ++i) o.name += (i ? "," : "") + std::to_string(members[i]);
+    o.name += "]";
+  }
+  return o;
 }
 
 }  // namespace troupe::comm::detail

@@ -1,9 +1,10 @@
-// Argument checks shared by the mpi and nccl backends (internal). `where` is a callable returning the
-// error prefix ("[all_gather] group 'world' (mpi, 2 ranks) op #3"); it is only called when a check
-// fails, so the checks cost a few comparisons per collective. Each failure throws CommError naming what
-// was wrong and the values. The device check stays with each backend (mpi takes CPU tensors, nccl CUDA).
+// The argument checks of ProcessGroup's front (process_group.cpp; internal). `where` is a callable
+// returning the error prefix ("[all_gather] group 'world' (mpi, rank 1 of 2)"); it is only called when a
+// check fails, so the checks cost a few comparisons per collective. Each failure throws CommError naming
+// what was wrong and the values.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,18 +14,17 @@
 
 namespace troupe::comm::detail {
 
-/// A `where` callable: owner->where(fn), built only when called.
-template <class Owner>
-struct ErrorPrefix {
-  const Owner* owner;
-  const char* fn;
-  std::string operator()() const { return owner->where(fn); }
-};
+/// "group 'world' (mpi, rank 1 of 2)"; on a cuda device "group 'world' (nccl, rank 1 of 2, cuda:0)".
+std::string group_desc(const std::string& name, const std::string& backend, int rank, int size, Device device);
 
 /// "(2, 3)", "(4,)", "()" as Python prints a shape.
 std::string shape_str(const Tensor& t);
 
 [[noreturn]] void fail_undefined(const std::string& where, const char* what);
+[[noreturn]] void fail_device(const std::string& where, const char* what, const Tensor& t, const std::string& backend,
+                              Device device);
+[[noreturn]] void fail_self_peer(const std::string& where, const char* what, int peer, const std::string& backend);
+[[noreturn]] void fail_tag(const std::string& where, int tag, int max_tag);
 [[noreturn]] void fail_not_contiguous(const std::string& where, const char* what, const Tensor& t);
 [[noreturn]] void fail_dtype(const std::string& where, const std::string& what, const Tensor& t, const Tensor& ref);
 [[noreturn]] void fail_list_count(const std::string& where, const char* what, size_t count, int size);
@@ -46,6 +46,21 @@ struct NewGroupSplit {
 /// Validates `ranks` (non-empty, each in [0, size), none twice; errors prefixed by `where`) and gives
 /// the split of rank `rank`.
 NewGroupSplit new_group_split(const std::string& where, const std::vector<int>& ranks, int rank, int size);
+
+/// What a rank learns from every rank's (color, key, check) of a new_group or split.
+struct SubgroupPlan {
+  std::vector<int> members;  // this rank's new group: ranks here, in new-rank order by (key, rank); empty: none
+  int new_rank = -1;         // this rank's rank in it
+  GroupOptions options;      // its options (subgroup_options)
+};
+/// The plan of rank `rank` (its color and check) from `all` (3 values per rank of the parent group);
+/// throws CommError prefixed by `where` when a rank's check differs from this rank's.
+SubgroupPlan plan_subgroup(const std::string& where, const std::vector<int64_t>& all, int rank, int color,
+                           int64_t check, const GroupOptions& parent, const std::optional<GroupOptions>& given);
+/// A sub-group's options: `given`, else the parent's; unless `given` names it, it is named
+/// "<parent's name>/group[<members>]".
+GroupOptions subgroup_options(const GroupOptions& parent, const std::optional<GroupOptions>& given,
+                              const std::vector<int>& members);
 
 /// An undefined tensor.
 template <class W>
@@ -84,6 +99,11 @@ void check_reduce(const W& where, ReduceOp op, ScalarType dtype) {
 template <class W>
 void check_rank(const W& where, const char* what, int r, int size) {
   if (r < 0 || r >= size) fail_rank(where(), what, r, size);
+}
+/// 0 <= tag <= max_tag.
+template <class W>
+void check_tag(const W& where, int tag, int max_tag) {
+  if (tag < 0 || tag > max_tag) fail_tag(where(), tag, max_tag);
 }
 /// all_gather_into_tensor: output.numel() == size * input.numel().
 template <class W>

@@ -5,7 +5,10 @@
 // copies its result in place (phase 2). all_reduce: rank r reduces elements [r*n/size, (r+1)*n/size)
 // into a shared staging buffer in phase 1 and copies the whole buffer into its tensor in phase 2, so the
 // work is spread over the ranks' threads.
-#include "local.h"
+#include "local_internal.h"
+
+#include <troupe/comm/checks.h>
+#include <troupe/comm/reduce_op.h>
 
 #include <troupe/tensor/parallel.h>
 
@@ -28,12 +31,7 @@ namespace troupe::comm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-enum class OpKind {
-  AllReduce, Broadcast, AllGatherIntoTensor, AllGather, ReduceScatterTensor, ReduceScatter, AllToAll,
-  Barrier, NewGroup, Split
-};
+using namespace local_impl;
 
 const char* op_name(OpKind k) {
   switch (k) {
@@ -68,95 +66,38 @@ std::string tensor_str(const std::vector<int64_t>& shape, ScalarType dtype) {
   return "shape " + shape_str(shape) + " (" + dtype_name(dtype) + ")";
 }
 
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-}
-
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
 
 bool overlaps(const std::byte* a, size_t an, const std::byte* b, size_t bn) {
   return an > 0 && bn > 0 && a < b + bn && b < a + an;
 }
 
-// ---- reductions: out[i] = op over ranks q of in[q][i], in T's opmath type (16-bit floats in float).
-
-template <typename A>
-A red_sum(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a || b;  // NCCL: SUM on bool is MAX
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;  // wraps around, as the integer backends do
-    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else {
-    return a + b;
-  }
-}
-
-template <typename A>
-A red_prod(A a, A b) {
-  if constexpr (std::is_same_v<A, bool>) {
-    return a && b;  // NCCL: PRODUCT on bool is MIN
-  } else if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-  } else {
-    return a * b;
-  }
-}
-
-template <typename A>
-A red_min(A a, A b) {
-  if constexpr (std::is_floating_point_v<A>) return (b < a || b != b) ? b : a;  // NaN propagates
-  else return b < a ? b : a;
-}
-
-template <typename A>
-A red_max(A a, A b) {
-  if constexpr (std::is_floating_point_v<A>) return (b > a || b != b) ? b : a;
-  else return b > a ? b : a;
-}
+// ---- reductions: out[i] = op over ranks q of in[q][i], in T's opmath type (16-bit floats in float),
+// with reduce_op.h's meaning of each op.
 
 // Reduces n elements of each of ins (one pointer per rank) into out, block by block: every input of a
 // block is read before the block is written, so out may be one of the inputs at the same offset.
 template <typename T>
-void reduce_typed(ReduceOp op, const std::vector<const T*>& ins, T* out, int64_t n) {
+void reduce_typed(ReduceOp op, ScalarType dtype, const std::vector<const T*>& ins, T* out, int64_t n) {
   using A = opmath_t<T>;
   constexpr int64_t kBlock = 256;
   A acc[kBlock];
   const int size = static_cast<int>(ins.size());
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    for (int64_t j = 0; j < m; ++j) acc[j] = static_cast<A>(ins[0][b + j]);
-    for (int q = 1; q < size; ++q) {
-      const T* p = ins[q] + b;
-      switch (op) {
-        case ReduceOp::SUM:
-        case ReduceOp::AVG:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_sum<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::PRODUCT:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_prod<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::MIN:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_min<A>(acc[j], static_cast<A>(p[j]));
-          break;
-        case ReduceOp::MAX:
-          for (int64_t j = 0; j < m; ++j) acc[j] = red_max<A>(acc[j], static_cast<A>(p[j]));
-          break;
+  detail::with_combine<A>(detail::combine_of(op, dtype), [&](auto combine) {
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      for (int64_t j = 0; j < m; ++j) acc[j] = static_cast<A>(ins[0][b + j]);
+      for (int q = 1; q < size; ++q) {
+        const T* p = ins[q] + b;
+        for (int64_t j = 0; j < m; ++j) acc[j] = combine(acc[j], static_cast<A>(p[j]));
       }
+      if constexpr (std::is_floating_point_v<A>) {
+        if (op == ReduceOp::AVG)
+          for (int64_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<A>(size);
+      }
+      for (int64_t j = 0; j < m; ++j) out[b + j] = static_cast<T>(acc[j]);
     }
-    if constexpr (std::is_floating_point_v<A>) {
-      if (op == ReduceOp::AVG)
-        for (int64_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<A>(size);
-    }
-    for (int64_t j = 0; j < m; ++j) out[b + j] = static_cast<T>(acc[j]);
-  }
+  });
 }
 
 void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byte*>& ins, std::byte* out,
@@ -166,282 +107,8 @@ void reduce_into(ScalarType dtype, ReduceOp op, const std::vector<const std::byt
     using T = decltype(tag);
     std::vector<const T*> typed(ins.size());
     for (size_t q = 0; q < ins.size(); ++q) typed[q] = reinterpret_cast<const T*>(ins[q]);
-    reduce_typed<T>(op, typed, reinterpret_cast<T*>(out), n);
+    reduce_typed<T>(op, dtype, typed, reinterpret_cast<T*>(out), n);
   });
-}
-
-// ---- shared state
-
-struct WorldState;
-
-// The groups of one make_local_groups call and every sub-group made from them: a failing rank aborts
-// them together.
-struct Universe {
-  std::atomic<bool> aborted{false};
-  std::mutex mu;
-  std::string reason;
-  std::vector<std::weak_ptr<WorldState>> states;
-
-  void add(const std::shared_ptr<WorldState>& s) {
-    std::lock_guard<std::mutex> g(mu);
-    std::erase_if(states, [](const auto& w) { return w.expired(); });
-    states.push_back(s);
-  }
-  std::string why() {
-    std::lock_guard<std::mutex> g(mu);
-    return reason;
-  }
-  void abort(const std::string& why);
-};
-
-// What one rank brought to a rendezvous.
-struct Slot {
-  OpKind kind = OpKind::Barrier;
-  ReduceOp op = ReduceOp::SUM;
-  int src = -1;
-  bool has_tensor = false;  // dtype and in_shape are compared across ranks
-  bool has_out = false;     // out_shape too
-  const char* in_label = "tensor";
-  ScalarType dtype = kFloat32;
-  std::vector<int64_t> in_shape, out_shape;
-  const std::byte* in = nullptr;
-  std::byte* out = nullptr;
-  std::vector<const std::byte*> ins;  // reduce_scatter: inputs[q]
-  std::vector<std::byte*> outs;       // all_gather: outputs[q]
-  std::vector<int> ranks;             // new_group
-  int color = 0, key = 0;             // split
-  std::optional<GroupOptions> options;  // new_group, split
-};
-
-struct Rendezvous {
-  explicit Rendezvous(int size) : slots(size), arrived(size, false) {}
-  std::vector<Slot> slots;
-  std::vector<bool> arrived;
-  int n_arrived = 0, n_computed = 0, n_left = 0;
-  bool ready = false;  // every rank arrived, consistently: phase 1 may start
-  std::string error;   // set instead of ready (mismatch, timeout, abort) or by a failing phase 1
-  std::byte* staging = nullptr;  // all_reduce: the group's staging buffer
-  std::vector<std::shared_ptr<WorldState>> new_states;  // per rank: its new group's state, or null
-  std::vector<int> new_ranks;                           // per rank: its rank in that group
-};
-
-struct Message {
-  ScalarType dtype;
-  std::vector<int64_t> shape;
-  std::vector<std::byte> bytes;
-};
-
-// What the ranks of one group share.
-struct WorldState;
-void notify(WorldState& st);
-
-struct WorldState {
-  int size = 1;
-  GroupOptions options;
-  std::shared_ptr<Universe> universe;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<uint64_t> events{0};  // bumped before every cv.notify_all (see wait_briefly)
-  std::map<uint64_t, std::shared_ptr<Rendezvous>> rendezvous;           // by sequence number
-  std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes;  // by (src, dst, tag)
-  // all_reduce's staging buffer, kept between collectives: collective s+1 becomes ready only once every
-  // rank has finished collective s, so one buffer per group is never used by two at once.
-  std::unique_ptr<std::byte[]> staging;
-  size_t staging_bytes = 0;
-};
-
-// Wakes every waiter on st (st.mu need not be held).
-void notify(WorldState& st) {
-  st.events.fetch_add(1, std::memory_order_release);
-  st.cv.notify_all();
-}
-
-// How long a rank polls for its peers before it sleeps on st.cv.
-constexpr auto kSpin = std::chrono::microseconds(50);
-
-// Called with lk (on st.mu) held before sleeping on st.cv: lets go of the lock and polls, yielding the
-// core each time, until something is notified or kSpin passed; returns with lk held. Peers that arrive
-// within kSpin then cost no futex wake-up and context switch (10-20 us each on 2 cores, and a scheduler
-// slice when other processes hold the core), as MPI's polling costs it none.
-void wait_briefly(WorldState& st, std::unique_lock<std::mutex>& lk) {
-  const uint64_t seen = st.events.load(std::memory_order_acquire);
-  lk.unlock();
-  const auto until = Clock::now() + kSpin;
-  for (int i = 1; st.events.load(std::memory_order_acquire) == seen; ++i) {
-    if (i % 16 == 0 && Clock::now() >= until) break;
-    std::this_thread::yield();
-  }
-  lk.lock();
-}
-
-void Universe::abort(const std::string& why) {
-  std::vector<std::shared_ptr<WorldState>> live;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    if (!aborted.load()) reason = why;
-    aborted.store(true);
-    for (auto& w : states)
-      if (auto s = w.lock()) live.push_back(std::move(s));
-  }
-  for (auto& s : live) {
-    { std::lock_guard<std::mutex> g(s->mu); }  // a waiter is either before its predicate check or waiting
-    notify(*s);
-  }
-}
-
-std::shared_ptr<WorldState> make_state(int size, GroupOptions options, std::shared_ptr<Universe> universe) {
-  auto s = std::make_shared<WorldState>();
-  s->size = size;
-  s->options = std::move(options);
-  s->universe = std::move(universe);
-  s->universe->add(s);
-  return s;
-}
-
-// ---- Work and the op queue
-
-class LocalWork;
-
-// A rank's ops in issue order, run one at a time: by the rank's worker thread, or by a thread that waits
-// for one of them while nobody runs an op (it runs the queue up to its own op: no hand-off to the worker
-// and back, two context switches a synchronous collective saved).
-struct OpQueue {
-  struct Task {
-    std::function<void()> fn;
-    std::shared_ptr<LocalWork> work;
-  };
-  std::mutex mu;
-  std::condition_variable cv;  // to the worker: an op to run, or stop
-  std::deque<Task> tasks;
-  bool running = false;  // the worker or a waiter is running an op
-  bool stop = false;
-
-  // Pops the front task and runs it (mu held on entry and on return).
-  void run_front(std::unique_lock<std::mutex>& lk);
-};
-
-class LocalWork final : public Work {
- public:
-  LocalWork(std::string what, std::weak_ptr<OpQueue> queue) : what_(std::move(what)), queue_(std::move(queue)) {}
-
-  bool is_completed() override {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (done_) return true;
-    }
-    wake_worker();
-    return false;
-  }
-
-  void wait(std::optional<std::chrono::milliseconds> timeout) override {
-    // With a timeout, running the op here could outlast it: the worker runs it.
-    if (timeout) wake_worker();
-    else run_queue_up_to_this();
-    std::unique_lock<std::mutex> lk(mu_);
-    if (timeout) {
-      if (!cv_.wait_for(lk, *timeout, [&] { return done_; }))
-        throw CommError("[comm] wait on " + what_ + ": not completed within " + std::to_string(timeout->count()) +
-                        " ms");
-    } else {
-      cv_.wait(lk, [&] { return done_; });  // bounded: the op itself fails once the group's timeout passes
-    }
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  std::exception_ptr exception() override {
-    std::lock_guard<std::mutex> g(mu_);
-    return error_;
-  }
-
-  void finish(std::exception_ptr e) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      done_ = true;
-      error_ = std::move(e);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  friend struct OpQueue;
-
-  // While this op is queued and nobody runs one, runs the queue's ops up to this one on this thread.
-  void run_queue_up_to_this() {
-    auto q = queue_.lock();
-    if (!q) return;
-    std::unique_lock<std::mutex> lk(q->mu);
-    if (!queued_ || q->running) return;
-    while (queued_) q->run_front(lk);
-    const bool more = !q->tasks.empty() || q->stop;
-    lk.unlock();
-    if (more) q->cv.notify_one();  // the ops queued after this one, or a stopping worker, go on
-  }
-
-  // A synchronous call's op is queued without waking the worker; whoever polls or waits with a timeout
-  // for it wakes it.
-  void wake_worker() {
-    auto q = queue_.lock();
-    if (!q) return;
-    bool queued;
-    {
-      std::lock_guard<std::mutex> g(q->mu);
-      queued = queued_;
-    }
-    if (queued) q->cv.notify_one();
-  }
-
-  std::string what_;
-  std::weak_ptr<OpQueue> queue_;
-  bool queued_ = true;  // in its queue, not yet taken (guarded by OpQueue::mu)
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-};
-
-void OpQueue::run_front(std::unique_lock<std::mutex>& lk) {
-  Task t = std::move(tasks.front());
-  tasks.pop_front();
-  t.work->queued_ = false;
-  running = true;
-  lk.unlock();
-  std::exception_ptr e;
-  try {
-    t.fn();
-  } catch (...) {
-    e = std::current_exception();
-  }
-  t.fn = nullptr;  // drop the op's tensors before it reports completion
-  t.work->finish(std::move(e));
-  lk.lock();
-  running = false;
-}
-
-// ---- argument checks (on the issuing thread: std::invalid_argument, nothing issued)
-
-void check_tensor(const char* fn, const char* what, const Tensor& t) {
-  if (!t.defined()) throw std::invalid_argument(std::string("[") + fn + "] " + what + " is an undefined tensor");
-  if (!t.is_cpu())
-    throw std::invalid_argument(std::string("[") + fn + "] the local backend takes CPU tensors; " + what +
-                                " is on " + t.device().str());
-  if (!t.is_contiguous())
-    throw std::invalid_argument(std::string("[") + fn + "] " + what + " must be contiguous (shape " +
-                                shape_str(t.sizes().vec()) + ", strides " + shape_str(t.strides().vec()) +
-                                "); pass .contiguous() and copy the result back");
-}
-
-void check_same_dtype(const char* fn, const char* a, const Tensor& ta, const char* b, const Tensor& tb) {
-  if (ta.dtype() != tb.dtype())
-    throw std::invalid_argument(std::string("[") + fn + "] " + a + " is " + dtype_name(ta.dtype()) + " but " + b +
-                                " is " + dtype_name(tb.dtype()));
-}
-
-void check_reduce_op(const char* fn, ReduceOp op, ScalarType dtype) {
-  if (op == ReduceOp::AVG && !is_floating_point(dtype))
-    throw std::invalid_argument(std::string("[") + fn + "] ReduceOp.AVG needs a floating-point tensor, got " +
-                                dtype_name(dtype) +
-                                " (as in PyTorch, AVG is not defined on integer or bool tensors: reduce with SUM "
-                                "and divide)");
 }
 
 // ---- the group object of one rank
@@ -449,7 +116,8 @@ void check_reduce_op(const char* fn, ReduceOp op, ScalarType dtype) {
 class LocalGroup final : public ProcessGroup {
  public:
   LocalGroup(std::shared_ptr<WorldState> state, int rank)
-      : st_(std::move(state)), rank_(rank), q_(std::make_shared<OpQueue>()), worker_([this] { work_loop(); }) {}
+      : ProcessGroup(Traits{}),  // CPU tensors, no send to self, any tag >= 0
+        st_(std::move(state)), rank_(rank), q_(std::make_shared<OpQueue>()), worker_([this] { work_loop(); }) {}
 
   ~LocalGroup() override {
     closing_.store(true);
@@ -472,9 +140,7 @@ class LocalGroup final : public ProcessGroup {
   uint64_t sequence_number() const override { return seq_.load(); }
   const std::shared_ptr<Universe>& universe() const { return st_->universe; }
 
-  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
-    check_tensor("all_reduce", "tensor", tensor);
-    check_reduce_op("all_reduce", op, tensor.dtype());
+  WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     Slot s = tensor_slot(OpKind::AllReduce, "tensor", tensor);
     s.op = op;
     s.out = bytes_of(tensor);
@@ -505,9 +171,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr broadcast_async(Tensor& tensor, int src) override {
-    check_tensor("broadcast", "tensor", tensor);
-    check_rank("broadcast", "src", src, true);
+  WorkPtr do_broadcast(Tensor& tensor, int src) override {
     Slot s = tensor_slot(OpKind::Broadcast, "tensor", tensor);
     s.src = src;
     s.out = bytes_of(tensor);
@@ -519,22 +183,14 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
-    const char* fn = "all_gather_into_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    if (output.numel() != size() * input.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
-                                  " elements; it needs size() * input.numel() = " + std::to_string(size()) + " * " +
-                                  std::to_string(input.numel()) + " = " + std::to_string(size() * input.numel()));
+  WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) override {
     const size_t chunk = input.nbytes();
-    check_alias(fn, output, input, chunk);
     Slot s = tensor_slot(OpKind::AllGatherIntoTensor, "input", input);
     s.has_out = true;
     s.out_shape = output.sizes().vec();
     s.out = bytes_of(output);
-    return issue(OpKind::AllGatherIntoTensor, [this, output, input, s, chunk](uint64_t seq) {
+    auto staged = stage_overlap(s, input, output, chunk);
+    return issue(OpKind::AllGatherIntoTensor, [this, output, input, s, chunk, staged](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
         for (int q = 0; q < size(); ++q) {
           std::byte* dst = s.out + q * chunk;
@@ -544,17 +200,9 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
-    const char* fn = "all_gather";
-    check_tensor(fn, "input", input);
-    check_count(fn, "outputs", outputs.size());
+  WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     Slot s = tensor_slot(OpKind::AllGather, "input", input);
-    for (size_t q = 0; q < outputs.size(); ++q) {
-      const std::string name = "outputs[" + std::to_string(q) + "]";
-      check_tensor(fn, name.c_str(), outputs[q]);
-      check_like(fn, name, outputs[q], "input", input);
-      s.outs.push_back(bytes_of(outputs[q]));
-    }
+    for (const Tensor& out : outputs) s.outs.push_back(bytes_of(out));
     const size_t nbytes = input.nbytes();
     return issue(OpKind::AllGather, [this, outputs, input, s, nbytes](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
@@ -564,25 +212,16 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
-    const char* fn = "reduce_scatter_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    check_reduce_op(fn, op, input.dtype());
-    if (input.numel() != size() * output.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] input has " + std::to_string(input.numel()) +
-                                  " elements; it needs size() * output.numel() = " + std::to_string(size()) + " * " +
-                                  std::to_string(output.numel()) + " = " + std::to_string(size() * output.numel()));
+  WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) override {
     const int64_t m = output.numel();
     const size_t es = output.element_size();
-    check_alias(fn, input, output, m * es);
     Slot s = tensor_slot(OpKind::ReduceScatterTensor, "input", input);
     s.op = op;
     s.has_out = true;
     s.out_shape = output.sizes().vec();
     s.out = bytes_of(output);
-    return issue(OpKind::ReduceScatterTensor, [this, output, input, s, op, m, es](uint64_t seq) {
+    auto staged = stage_overlap(s, input, output, m * es);
+    return issue(OpKind::ReduceScatterTensor, [this, output, input, s, op, m, es, staged](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
         std::vector<const std::byte*> ins(size());
         for (int q = 0; q < size(); ++q) ins[q] = rv.slots[q].in + rank_ * m * es;
@@ -591,20 +230,11 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
-    const char* fn = "reduce_scatter";
-    check_tensor(fn, "output", output);
-    check_reduce_op(fn, op, output.dtype());
-    check_count(fn, "inputs", inputs.size());
+  WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     Slot s = tensor_slot(OpKind::ReduceScatter, "output", output);
     s.op = op;
     s.out = bytes_of(output);
-    for (size_t q = 0; q < inputs.size(); ++q) {
-      const std::string name = "inputs[" + std::to_string(q) + "]";
-      check_tensor(fn, name.c_str(), inputs[q]);
-      check_like(fn, name, inputs[q], "output", output);
-      s.ins.push_back(bytes_of(inputs[q]));
-    }
+    for (const Tensor& in : inputs) s.ins.push_back(bytes_of(in));
     const int64_t m = output.numel();
     return issue(OpKind::ReduceScatter, [this, output, inputs, s, op, m](uint64_t seq) {
       collective(seq, s, nullptr, [&](const Rendezvous& rv) {
@@ -615,21 +245,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
-    const char* fn = "all_to_all";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, "input", input);
-    for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"input", &input}, {"output", &output}}) {
-      if (t->dim() == 0 || t->size(0) % size() != 0)
-        throw std::invalid_argument(std::string("[") + fn + "] " + name + "'s dim 0 (" +
-                                    (t->dim() == 0 ? std::string("a 0-d tensor has none") : std::to_string(t->size(0))) +
-                                    ") does not divide equally across the group's " + std::to_string(size()) +
-                                    " ranks");
-    }
-    if (output.numel() != input.numel())
-      throw std::invalid_argument(std::string("[") + fn + "] output has " + std::to_string(output.numel()) +
-                                  " elements, input " + std::to_string(input.numel()) + "; they must be equal");
+  WorkPtr do_all_to_all(Tensor& output, const Tensor& input) override {
     Slot s = tensor_slot(OpKind::AllToAll, "input", input);
     s.has_out = true;
     s.out_shape = output.sizes().vec();
@@ -657,9 +273,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
-    check_tensor("send", "tensor", tensor);
-    check_rank("send", "dst", dst, false);
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override {
     const std::string what = p2p_where("send to", dst, tag);
     return issue_p2p(what, [this, tensor, dst, tag, what] {
       if (universe()->aborted.load()) throw CommError("[comm] " + what + " aborted: " + universe()->why());
@@ -673,9 +287,7 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
-    check_tensor("recv", "tensor", tensor);
-    check_rank("recv", "src", src, false);
+  WorkPtr do_recv(Tensor& tensor, int src, int tag) override {
     const std::string what = p2p_where("recv from", src, tag);
     return issue_p2p(what, [this, tensor, src, tag, what] {
       const auto deadline = Clock::now() + st_->options.timeout;
@@ -711,23 +323,14 @@ class LocalGroup final : public ProcessGroup {
     });
   }
 
-  WorkPtr barrier_async() override {
+  WorkPtr do_barrier() override {
     Slot s;
     s.kind = OpKind::Barrier;
     return issue(OpKind::Barrier, [this, s](uint64_t seq) { collective(seq, s, nullptr, nullptr); });
   }
 
-  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
-    if (ranks.empty()) throw std::invalid_argument("[new_group] ranks is empty");
-    std::vector<int> seen(size(), 0);
-    for (int r : ranks) {
-      if (r < 0 || r >= size())
-        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " is not a rank of group '" + name() +
-                                    "' (" + std::to_string(size()) + " ranks)");
-      if (seen[r]++)
-        throw std::invalid_argument("[new_group] rank " + std::to_string(r) + " appears twice in [" + list_str(ranks) +
-                                    "]");
-    }
+  ProcessGroupPtr do_new_group(const std::vector<int>& ranks, int, int, int64_t,
+                               std::optional<GroupOptions> options) override {
     Slot s;
     s.kind = OpKind::NewGroup;
     s.ranks = ranks;
@@ -754,7 +357,7 @@ class LocalGroup final : public ProcessGroup {
     return *result;
   }
 
-  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
+  ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) override {
     Slot s;
     s.kind = OpKind::Split;
     s.color = color;
@@ -802,37 +405,17 @@ class LocalGroup final : public ProcessGroup {
            name() + "' (local, " + std::to_string(size()) + " ranks)";
   }
 
-  void check_rank(const char* fn, const char* what, int r, bool self_ok) const {
-    if (r < 0 || r >= size())
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
-                                  " is not a rank of group '" + name() + "' (" + std::to_string(size()) +
-                                  (size() == 1 ? " rank)" : " ranks)"));
-    if (!self_ok && r == rank_)
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " " + std::to_string(r) +
-                                  " is this rank: a rank cannot " + fn + (std::string(fn) == "send" ? " to" : " from") +
-                                  " itself");
-  }
-
-  void check_count(const char* fn, const char* what, size_t n) const {
-    if (n != static_cast<size_t>(size()))
-      throw std::invalid_argument(std::string("[") + fn + "] " + what + " holds " + std::to_string(n) +
-                                  " tensors; it needs one per rank (" + std::to_string(size()) + ")");
-  }
-
-  static void check_like(const char* fn, const std::string& name, const Tensor& t, const char* ref_name,
-                         const Tensor& ref) {
-    if (t.dtype() != ref.dtype() || t.sizes().vec() != ref.sizes().vec())
-      throw std::invalid_argument(std::string("[") + fn + "] " + name + " has " + tensor_str(t.sizes().vec(), t.dtype()) +
-                                  "; it must be like " + ref_name + ": " + tensor_str(ref.sizes().vec(), ref.dtype()));
-  }
-
-  // `part` may overlap `whole` only as its chunk rank() (the in-place forms of the *_tensor collectives).
-  void check_alias(const char* fn, const Tensor& whole, const Tensor& part, size_t chunk) const {
-    const std::byte* w = bytes_of(whole);
-    const std::byte* p = bytes_of(part);
-    if (overlaps(w, whole.nbytes(), p, part.nbytes()) && p != w + rank_ * chunk)
-      throw std::invalid_argument(std::string("[") + fn + "] output and input overlap, other than as chunk " +
-                                  std::to_string(rank_) + " (this rank's) of the larger one");
+  // The peers read `read` (at s.in) while this rank writes `written` (at s.out): unless the two are apart,
+  // or one is chunk rank() of the other (`chunk` bytes each: the in-place forms), s.in is pointed at a
+  // copy of `read` made now, which the returned buffer keeps.
+  std::shared_ptr<std::vector<std::byte>> stage_overlap(Slot& s, const Tensor& read, const Tensor& written,
+                                                        size_t chunk) const {
+    if (!overlaps(s.in, read.nbytes(), s.out, written.nbytes())) return nullptr;
+    if (s.in == s.out + rank_ * chunk || s.out == s.in + rank_ * chunk) return nullptr;
+    auto copy = std::make_shared<std::vector<std::byte>>(read.nbytes());
+    std::memcpy(copy->data(), s.in, copy->size());
+    s.in = copy->data();
+    return copy;
   }
 
   static Slot tensor_slot(OpKind k, const char* label, const Tensor& t) {
@@ -849,11 +432,7 @@ class LocalGroup final : public ProcessGroup {
   // A sub-group's options: those the lowest member passed, else this group's; its name, unless given,
   // is this group's name + "/group[<members' ranks here>]".
   GroupOptions sub_options(const Rendezvous& rv, const std::vector<int>& members) const {
-    const auto& given = rv.slots[members[0]].options;
-    GroupOptions o = given ? *given : st_->options;
-    if (!given || given->name.empty() || given->name == GroupOptions{}.name)
-      o.name = name() + "/group[" + list_str(members, ",") + "]";
-    return o;
+    return detail::subgroup_options(st_->options, rv.slots[members[0]].options, members);
   }
 
   WorkPtr issue(OpKind k, std::function<void(uint64_t)> body) {
@@ -1004,79 +583,22 @@ class LocalGroup final : public ProcessGroup {
 
 }  // namespace
 
+namespace local_impl {
+std::shared_ptr<Universe> universe_of(const ProcessGroup& group) {
+  return static_cast<const LocalGroup&>(group).universe();
+}
+}  // namespace local_impl
+
 std::vector<ProcessGroupPtr> make_local_groups(int n, GroupOptions options) {
-  if (n < 1) throw std::invalid_argument("[make_local_groups] n must be at least 1, got " + std::to_string(n));
+  if (n < 1) throw CommError("[make_local_groups] n must be at least 1, got " + std::to_string(n));
   if (options.timeout.count() <= 0)
-    throw std::invalid_argument("[make_local_groups] timeout must be positive, got " +
-                                std::to_string(options.timeout.count()) + " ms");
+    throw CommError("[make_local_groups] timeout must be positive, got " +
+                    std::to_string(options.timeout.count()) + " ms");
   auto state = make_state(n, std::move(options), std::make_shared<Universe>());
   std::vector<ProcessGroupPtr> groups;
   groups.reserve(n);
   for (int r = 0; r < n; ++r) groups.push_back(std::make_shared<LocalGroup>(state, r));
   return groups;
-}
-
-namespace {
-
-// Rethrows e as the same standard exception family, its message prefixed with the rank.
-[[noreturn]] void rethrow_named(int rank, const std::exception_ptr& e) {
-  const std::string head = "[run_local] rank " + std::to_string(rank) + ": ";
-  try {
-    std::rethrow_exception(e);
-  } catch (const CommError& x) {
-    throw CommError(head + x.what());
-  } catch (const std::invalid_argument& x) {
-    throw std::invalid_argument(head + x.what());
-  } catch (const std::out_of_range& x) {
-    throw std::out_of_range(head + x.what());
-  } catch (const std::logic_error& x) {
-    throw std::logic_error(head + x.what());
-  } catch (const std::exception& x) {
-    throw std::runtime_error(head + x.what());
-  } catch (...) {
-    throw std::runtime_error(head + "threw an exception not derived from std::exception");
-  }
-}
-
-}  // namespace
-
-void run_local(int n, std::function<void(ProcessGroupPtr)> fn, GroupOptions options) {
-  if (!fn) throw std::invalid_argument("[run_local] fn is empty");
-  auto groups = make_local_groups(n, std::move(options));
-  auto universe = static_cast<LocalGroup&>(*groups[0]).universe();
-  std::mutex mu;
-  int first_rank = -1;
-  std::exception_ptr first;
-  // Each rank computes with its share of the caller's threads, as one process per rank would; BLAS runs
-  // on the ranks' own threads while more than one computes (tensor/parallel.h).
-  const int budget = std::max(1, get_num_threads() / n);
-  std::optional<SerialBlasGuard> serial_blas;
-  if (n > 1) serial_blas.emplace();
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      NumThreadsGuard threads_of_rank(budget);
-      set_thread_world(groups[r]);
-      try {
-        fn(groups[r]);
-      } catch (...) {
-        auto e = std::current_exception();
-        {
-          std::lock_guard<std::mutex> g(mu);
-          if (!first) {
-            first = e;
-            first_rank = r;
-          }
-        }
-        universe->abort("rank " + std::to_string(r) + " failed: " + describe(e));
-      }
-      set_thread_world(nullptr);
-    });
-  }
-  for (auto& t : threads) t.join();
-  groups.clear();  // joins the ranks' workers
-  if (first) rethrow_named(first_rank, first);
 }
 
 }  // namespace troupe::comm

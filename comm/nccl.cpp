@@ -1,78 +1,24 @@
-// The `nccl` backend (nccl.h). A Comm per group owns the NCCL communicator (nonblocking mode), a
-// non-blocking CUDA stream, an event used to order that stream after the legacy default stream (where
-// troupe's kernels run), a small device scratch buffer (barrier) and the list of ops in flight. An op
-// is issued under the Comm's mutex: staging buffers are allocated, the ready event is recorded on the
-// legacy stream and waited for on the group's stream, the NCCL call(s) are enqueued (ncclInProgress is
-// waited out with ncclCommGetAsyncError, bounded by the group's timeout), and a completion event is
-// recorded. Work::wait polls that event (and the communicator's async error) until the op completes or
-// its deadline passes, which aborts the communicator.
-#include <troupe/comm/checks.h>
-#include <troupe/comm/nccl.h>
+// The `nccl` backend's group (nccl.h): each collective as NCCL calls issued on its group's Comm
+// (nccl_comm.cpp); make_nccl_group and sub-groups (ncclCommSplit). A Comm per group owns the NCCL
+// communicator (nonblocking mode), a non-blocking CUDA stream, an event used to order that stream after
+// the legacy default stream (where troupe's kernels run), a small device scratch buffer (barrier) and the
+// list of ops in flight. An op is issued under the Comm's mutex: staging buffers are allocated, the ready
+// event is recorded on the legacy stream and waited for on the group's stream, the NCCL call(s) are
+// enqueued (ncclInProgress is waited out with ncclCommGetAsyncError, bounded by the group's timeout), and
+// a completion event is recorded. Work::wait polls that event (and the communicator's async error) until
+// the op completes or its deadline passes, which aborts the communicator.
+#include "nccl_internal.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-#include <sched.h>
+#include <troupe/comm/reduce_op.h>
+#include <troupe/tensor/ops.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <mutex>
-#include <sstream>
-#include <thread>
-
-#include <troupe/tensor/ops.h>
 
 namespace troupe::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-const char* base_name(const char* file) {
-  const char* s = std::strrchr(file, '/');
-  return s ? s + 1 : file;
-}
-
-std::string cuda_failure(cudaError_t e, const char* call, const char* file, int line) {
-  return std::string(base_name(file)) + ":" + std::to_string(line) + ": " + call + " failed: " + cudaGetErrorName(e) +
-         " (" + cudaGetErrorString(e) + ")";
-}
-
-std::string nccl_failure(ncclResult_t r, ncclComm_t comm, const char* call, const char* file, int line) {
-  std::string s = std::string(base_name(file)) + ":" + std::to_string(line) + ": " + call + " failed: " +
-                  ncclGetErrorString(r);
-  const char* last = ncclGetLastError(comm);
-  if (last && *last) s += std::string(" (") + last + ")";
-  return s;
-}
-
-/// Throws CommError("<label>: file:line: call failed: ...") unless `call` returned cudaSuccess; `label`
-/// is evaluated only on failure.
-#define TROUPE_NCCL_CUDA(label, call)                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) throw CommError((label) + ": " + cuda_failure(e_, #call, __FILE__, __LINE__)); \
-  } while (0)
-
-/// Makes `device` current for this host thread for the guard's lifetime.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != device) {
-      TROUPE_NCCL_CUDA(std::string("[nccl] selecting cuda:") + std::to_string(device), cudaSetDevice(device));
-      changed_ = prev_ >= 0;
-    }
-  }
-  ~DeviceGuard() {
-    if (changed_) (void)cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-  bool changed_ = false;
-};
+using namespace nccl_impl;
 
 ncclDataType_t nccl_type(ScalarType t) {
   switch (t) {
@@ -87,434 +33,26 @@ ncclDataType_t nccl_type(ScalarType t) {
   return ncclUint8;
 }
 
-/// bool (0/1 bytes): SUM and MAX are OR (ncclMax), PRODUCT and MIN are AND (ncclMin).
+/// The NCCL op of `op` on `t`: reduce_op.h's table (bool moves as 0/1 bytes: OR is ncclMax, AND ncclMin),
+/// AVG as ncclAvg on floating dtypes.
 ncclRedOp_t nccl_op(ReduceOp op, ScalarType t) {
-  if (t == kBool) return (op == ReduceOp::PRODUCT || op == ReduceOp::MIN) ? ncclMin : ncclMax;
-  switch (op) {
-    case ReduceOp::SUM: return ncclSum;
-    case ReduceOp::AVG: return ncclAvg;
-    case ReduceOp::PRODUCT: return ncclProd;
-    case ReduceOp::MIN: return ncclMin;
-    case ReduceOp::MAX: return ncclMax;
+  if (op == ReduceOp::AVG && t != kBool) return ncclAvg;
+  switch (detail::combine_of(op, t)) {
+    case detail::Combine::Sum: return ncclSum;
+    case detail::Combine::Product: return ncclProd;
+    case detail::Combine::Min: case detail::Combine::And: return ncclMin;
+    case detail::Combine::Max: case detail::Combine::Or: return ncclMax;
   }
   return ncclSum;
-}
-
-using detail::shape_str;
-
-bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return an && bn && pa < pb + bn && pb < pa + an;
-}
-
-std::string ms_str(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
-
-/// One issued op and its completion.
-struct Op {
-  std::string name;  // "all_reduce"
-  uint64_t seq = 0;  // collectives only
-  bool p2p = false;
-  std::string peer;  // p2p: " to rank 1"
-  std::shared_ptr<const std::string> group;  // "group 'world' (nccl, rank 1 of 2, cuda:0)"
-  cudaEvent_t done_event = nullptr;
-  Clock::time_point deadline = Clock::time_point::max();
-  std::vector<Tensor> keep;  // tensors the op reads or writes (staging included)
-
-  bool finished = false;  // under the Comm's mutex
-  std::exception_ptr error;
-  std::atomic<bool> done{false};  // finished, readable without the mutex
-
-  /// "[all_reduce] group 'world' (nccl, rank 1 of 2, cuda:0), op #3".
-  std::string label() const {
-    return "[" + name + "] " + (group ? *group : std::string("group ?")) +
-           (p2p ? peer : ", op #" + std::to_string(seq));
-  }
-  ~Op() {
-    if (done_event) (void)cudaEventDestroy(done_event);
-  }
-};
-using OpPtr = std::shared_ptr<Op>;
-
-// Ops of destroyed or aborted groups whose completion event never fired: their tensors stay allocated.
-std::mutex g_leak_mu;
-std::vector<OpPtr> g_leaked;
-
-class Comm : public std::enable_shared_from_this<Comm> {
- public:
-  Comm(ncclComm_t comm, cudaStream_t stream, int device, int rank, int size, GroupOptions opts)
-      : comm_(comm), stream_(stream), device_(device), rank_(rank), size_(size), opts_(std::move(opts)) {
-    desc_ = std::make_shared<const std::string>(describe(opts_.name, rank_, size_, device_));
-  }
-  ~Comm() { shutdown(); }
-
-  static std::string describe(const std::string& name, int rank, int size, int device) {
-    return "group '" + name + "' (nccl, rank " + std::to_string(rank) + " of " + std::to_string(size) + ", cuda:" +
-           std::to_string(device) + ")";
-  }
-
-  /// Creates the ready event and the scratch buffer (the device must be current).
-  void setup() {
-    TROUPE_NCCL_CUDA(*desc_, cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    TROUPE_NCCL_CUDA(*desc_, cudaMalloc(&scratch_, 64));
-    TROUPE_NCCL_CUDA(*desc_, cudaMemset(scratch_, 0, 64));
-  }
-
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  int device() const { return device_; }
-  ncclComm_t handle() const { return comm_; }
-  cudaStream_t stream() const { return stream_; }
-  void* scratch() const { return scratch_; }
-  const GroupOptions& options() const { return opts_; }
-  uint64_t sequence_number() const { return seq_.load(); }
-  std::mutex& mutex() { return mu_; }
-
-  std::string where(const char* fn) const { return "[" + std::string(fn) + "] " + *desc_; }
-
-  OpPtr new_op(const char* name) {
-    auto op = std::make_shared<Op>();
-    op->name = name;
-    op->group = desc_;
-    return op;
-  }
-
-  /// Issues `op`: `prepare` (allocations, before the ready event), then `enqueue` (NCCL calls and copies
-  /// on stream()) after the stream waits for the legacy default stream. The returned Work is already
-  /// failed when the group is unusable or issuing failed.
-  template <typename Prepare, typename Enqueue>
-  WorkPtr submit(const OpPtr& op, Prepare&& prepare, Enqueue&& enqueue);
-
-  /// One look at `op` (the caller holds mutex()): finishes it when its event fired, fails it (aborting
-  /// the communicator) on an NCCL error or past its deadline.
-  void poll_locked(const OpPtr& op);
-
-  /// Waits out an ncclInProgress of `h` (this comm or a new one) until `deadline`; throws on an error or
-  /// past it (aborting `h`).
-  void settle(ncclComm_t h, const Op& op, Clock::time_point deadline, const char* call, const char* file, int line);
-
-  /// Checks an NCCL call's result on this comm: ncclInProgress is settled, errors throw.
-  void check(ncclResult_t r, const Op& op, const char* call, const char* file, int line) {
-    if (r == ncclSuccess) return;
-    if (r == ncclInProgress) {
-      settle(comm_, op, op.deadline, call, file, line);
-      return;
-    }
-    throw CommError(op.label() + ": " + nccl_failure(r, comm_, call, file, line));
-  }
-
-  /// Aborts the communicator (ncclCommAbort) and fails every op in flight with `why` (mutex held).
-  void abort_locked(const std::string& why);
-
-  /// Waits (bounded by the timeout) for the ops in flight, then frees the communicator: finalize and
-  /// destroy, or abort when something is stuck. Idempotent.
-  void shutdown();
-
- private:
-  static void finish(const OpPtr& op, std::exception_ptr e) {
-    if (op->finished) return;
-    op->finished = true;
-    op->error = std::move(e);
-    op->done.store(true);
-  }
-  void reap_locked() {
-    for (size_t i = 0; i < inflight_.size();) {
-      poll_locked(inflight_[i]);
-      if (inflight_[i]->finished && !pending_event(inflight_[i])) {
-        inflight_[i] = inflight_.back();
-        inflight_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
-  /// True while the op's event has not fired (its buffers may still be in use on the device).
-  static bool pending_event(const OpPtr& op) {
-    return op->done_event && cudaEventQuery(op->done_event) == cudaErrorNotReady;
-  }
-
-  ncclComm_t comm_;
-  cudaStream_t stream_;
-  cudaEvent_t ready_ = nullptr;
-  void* scratch_ = nullptr;
-  int device_, rank_, size_;
-  GroupOptions opts_;
-  std::shared_ptr<const std::string> desc_;
-  std::atomic<uint64_t> seq_{0};
-
-  std::mutex mu_;
-  std::string broken_;  // non-empty: aborted, and why
-  bool aborted_ = false;
-  bool shut_ = false;
-  std::vector<OpPtr> inflight_;
-};
-
-#define TROUPE_NCCL_CALL(comm, op, call) (comm).check((call), (op), #call, __FILE__, __LINE__)
-
-void Comm::settle(ncclComm_t h, const Op& op, Clock::time_point deadline, const char* call, const char* file, int line) {
-  uint32_t polls = 0;
-  for (;;) {
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(h, &st);
-    if (r != ncclSuccess) throw CommError(op.label() + ": " + nccl_failure(r, h, "ncclCommGetAsyncError", file, line));
-    if (st == ncclSuccess) return;
-    if (st != ncclInProgress) throw CommError(op.label() + ": " + nccl_failure(st, h, call, file, line));
-    if (Clock::now() > deadline) {
-      (void)ncclCommAbort(h);
-      if (h == comm_) {
-        aborted_ = true;
-        broken_ = "op #" + std::to_string(op.seq) + " (" + op.name + ") timed out in " + call;
-      }
-      throw CommError(op.label() + ": " + base_name(file) + ":" + std::to_string(line) + ": " + call +
-                      " did not complete within " + ms_str(opts_.timeout) + "; communicator aborted (ncclCommAbort)");
-    }
-    if (++polls < 64) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
-class NcclWork : public Work {
- public:
-  NcclWork(std::shared_ptr<Comm> comm, OpPtr op) : comm_(std::move(comm)), op_(std::move(op)) {}
-
-  bool is_completed() override {
-    if (op_->done.load()) return true;
-    std::lock_guard<std::mutex> g(comm_->mutex());
-    comm_->poll_locked(op_);
-    return op_->done.load();
-  }
-
-  std::exception_ptr exception() override {
-    if (!is_completed()) return nullptr;
-    std::lock_guard<std::mutex> g(comm_->mutex());
-    return op_->error;
-  }
-
-  void wait(std::optional<std::chrono::milliseconds> timeout) override {
-    auto until = timeout ? Clock::now() + *timeout : Clock::time_point::max();
-    uint32_t polls = 0;
-    while (!is_completed()) {
-      if (timeout && Clock::now() >= until) {
-        throw CommError("[wait] " + op_->label() + ": did not complete within " + ms_str(*timeout) +
-                        " (Work::wait's timeout; the op goes on)");
-      }
-      // Pacing: yield for the first polls (small ops end within microseconds), then sleep.
-      ++polls;
-      if (polls < 256) sched_yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(polls < 4096 ? 20 : 200));
-    }
-    std::exception_ptr e;
-    {
-      std::lock_guard<std::mutex> g(comm_->mutex());
-      e = op_->error;
-    }
-    if (e) std::rethrow_exception(e);
-  }
-
- private:
-  std::shared_ptr<Comm> comm_;
-  OpPtr op_;
-};
-
-template <typename Prepare, typename Enqueue>
-WorkPtr Comm::submit(const OpPtr& op, Prepare&& prepare, Enqueue&& enqueue) {
-  std::lock_guard<std::mutex> g(mu_);
-  if (!op->p2p) op->seq = seq_.fetch_add(1);
-  auto work = std::make_shared<NcclWork>(shared_from_this(), op);
-  if (shut_ || !broken_.empty()) {
-    finish(op, std::make_exception_ptr(CommError(
-                   op->label() + ": group unusable: " + (shut_ ? std::string("group was shut down") : broken_))));
-    return work;
-  }
-  try {
-    // Nothing is issued yet: a failure here (no memory for staging) fails this op only.
-    DeviceGuard dg(device_);
-    reap_locked();
-    prepare();
-  } catch (...) {
-    finish(op, std::current_exception());
-    return work;
-  }
-  try {
-    DeviceGuard dg(device_);
-    op->deadline = Clock::now() + opts_.timeout;
-    TROUPE_NCCL_CUDA(op->label(), cudaEventRecord(ready_, cudaStreamLegacy));
-    TROUPE_NCCL_CUDA(op->label(), cudaStreamWaitEvent(stream_, ready_, 0));
-    enqueue();
-    TROUPE_NCCL_CUDA(op->label(), cudaEventCreateWithFlags(&op->done_event, cudaEventDisableTiming));
-    TROUPE_NCCL_CUDA(op->label(), cudaEventRecord(op->done_event, stream_));
-    inflight_.push_back(op);
-  } catch (...) {
-    // The stream or the communicator may hold part of this op: the group cannot be trusted any more.
-    std::exception_ptr e = std::current_exception();
-    std::string why;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      why = ex.what();
-    } catch (...) {
-      why = "unknown error";
-    }
-    if (op->done_event == nullptr) (void)cudaEventCreateWithFlags(&op->done_event, cudaEventDisableTiming);
-    if (op->done_event) (void)cudaEventRecord(op->done_event, stream_);
-    inflight_.push_back(op);
-    abort_locked("op #" + std::to_string(op->seq) + " (" + op->name + ") failed to issue: " + why);
-    finish(op, e);
-  }
-  return work;
-}
-
-void Comm::poll_locked(const OpPtr& op) {
-  if (op->finished) return;
-  cudaError_t q = op->done_event ? cudaEventQuery(op->done_event) : cudaSuccess;
-  if (q == cudaSuccess) {
-    finish(op, nullptr);
-    return;
-  }
-  if (q != cudaErrorNotReady) {
-    std::string msg = op->label() + ": " + cuda_failure(q, "cudaEventQuery(done)", __FILE__, __LINE__);
-    abort_locked(msg);
-    finish(op, std::make_exception_ptr(CommError(msg)));
-    return;
-  }
-  if (!aborted_) {
-    ncclResult_t st = ncclSuccess;
-    if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess && st != ncclInProgress) {
-      std::string msg = op->label() + ": NCCL reported an asynchronous error: " + ncclGetErrorString(st);
-      const char* last = ncclGetLastError(comm_);
-      if (last && *last) msg += std::string(" (") + last + ")";
-      abort_locked("op #" + std::to_string(op->seq) + " (" + op->name + "): " + ncclGetErrorString(st));
-      finish(op, std::make_exception_ptr(CommError(msg + "; communicator aborted (ncclCommAbort)")));
-      return;
-    }
-  }
-  if (Clock::now() > op->deadline) {
-    std::string msg = op->label() + ": did not complete within " + ms_str(opts_.timeout) +
-                      " (the group's timeout); communicator aborted (ncclCommAbort), the group is unusable";
-    abort_locked("op #" + std::to_string(op->seq) + " (" + op->name + ") timed out");
-    finish(op, std::make_exception_ptr(CommError(msg)));
-  }
-}
-
-void Comm::abort_locked(const std::string& why) {
-  if (broken_.empty()) broken_ = why;
-  if (!aborted_ && comm_) {
-    aborted_ = true;
-    DeviceGuard dg(device_);
-    (void)ncclCommAbort(comm_);
-  }
-  for (auto& o : inflight_) {
-    if (!o->finished) {
-      finish(o, std::make_exception_ptr(CommError(o->label() + ": group aborted: " + broken_)));
-    }
-  }
-}
-
-void Comm::shutdown() {
-  std::lock_guard<std::mutex> g(mu_);
-  if (shut_) return;
-  shut_ = true;
-  int cur = -1;
-  if (cudaGetDevice(&cur) != cudaSuccess) cur = -1;
-  bool switched = cur != device_ && cudaSetDevice(device_) == cudaSuccess;
-  if (!aborted_ && comm_) {
-    // Let what is in flight end (bounded by the timeout), then free the communicator.
-    auto deadline = Clock::now() + opts_.timeout;
-    bool drained = false;
-    for (;;) {
-      cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) {
-        drained = true;
-        break;
-      }
-      if (q != cudaErrorNotReady || Clock::now() > deadline) break;
-      ncclResult_t st = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    bool freed = false;
-    if (drained) {
-      ncclResult_t r = ncclCommFinalize(comm_);
-      ncclResult_t st = r;
-      while (r == ncclSuccess || r == ncclInProgress) {
-        if (ncclCommGetAsyncError(comm_, &st) != ncclSuccess) break;
-        if (st != ncclInProgress || Clock::now() > deadline) break;
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-      if ((r == ncclSuccess || r == ncclInProgress) && st == ncclSuccess) {
-        freed = ncclCommDestroy(comm_) == ncclSuccess;
-      }
-    }
-    if (!freed) (void)ncclCommAbort(comm_);
-    aborted_ = true;
-  }
-  for (auto& o : inflight_) {
-    if (!o->finished) finish(o, std::make_exception_ptr(CommError(o->label() + ": group destroyed")));
-  }
-  std::vector<OpPtr> stuck;
-  for (auto& o : inflight_) {
-    if (pending_event(o)) stuck.push_back(o);
-  }
-  inflight_.clear();
-  if (!stuck.empty()) {
-    std::lock_guard<std::mutex> lg(g_leak_mu);
-    g_leaked.insert(g_leaked.end(), stuck.begin(), stuck.end());
-  } else {
-    if (stream_) (void)cudaStreamDestroy(stream_);
-    if (scratch_) (void)cudaFree(scratch_);
-  }
-  if (ready_) (void)cudaEventDestroy(ready_);
-  stream_ = nullptr;
-  scratch_ = nullptr;
-  ready_ = nullptr;
-  comm_ = nullptr;
-  if (switched && cur >= 0) (void)cudaSetDevice(cur);
-}
-
-/// Creates a stream and the Comm for an NCCL communicator being initialised (`pending`: the result of
-/// ncclCommInitRankConfig / ncclCommSplit), waiting until it is up or the timeout passes.
-std::shared_ptr<Comm> make_comm(ncclComm_t h, ncclResult_t pending, int device, int rank, int size, GroupOptions opts,
-                                const char* fn, const char* call) {
-  std::string label = "[" + std::string(fn) + "] " + Comm::describe(opts.name, rank, size, device);
-  if (pending != ncclSuccess && pending != ncclInProgress) {
-    if (h) (void)ncclCommAbort(h);
-    throw CommError(label + ": " + nccl_failure(pending, h, call, __FILE__, __LINE__));
-  }
-  auto deadline = Clock::now() + opts.timeout;
-  uint32_t polls = 0;
-  for (;;) {
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(h, &st);
-    if (r != ncclSuccess) st = r;
-    if (st == ncclSuccess) break;
-    if (st != ncclInProgress) {
-      std::string msg = label + ": " + nccl_failure(st, h, call, __FILE__, __LINE__);
-      (void)ncclCommAbort(h);
-      throw CommError(msg);
-    }
-    if (Clock::now() > deadline) {
-      (void)ncclCommAbort(h);
-      throw CommError(label + ": " + call + " did not complete within " + ms_str(opts.timeout) +
-                      " (ranks missing?); communicator aborted");
-    }
-    if (++polls < 64) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  cudaStream_t stream = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    (void)ncclCommAbort(h);
-    throw CommError(label + ": " + cuda_failure(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__));
-  }
-  auto c = std::make_shared<Comm>(h, stream, device, rank, size, std::move(opts));
-  c->setup();
-  return c;
 }
 
 // ---- the group
 
 class NcclProcessGroup : public ProcessGroup {
  public:
-  explicit NcclProcessGroup(std::shared_ptr<Comm> c) : c_(std::move(c)) {}
+  /// CUDA tensors on the group's device; no send to self; tags >= 0 (and ignored).
+  explicit NcclProcessGroup(std::shared_ptr<Comm> c)
+      : ProcessGroup(Traits{Device(kCUDA, c->device()), false, 2147483647}), c_(std::move(c)) {}
   ~NcclProcessGroup() override { c_->shutdown(); }
 
   int rank() const override { return c_->rank(); }
@@ -523,10 +61,8 @@ class NcclProcessGroup : public ProcessGroup {
   const GroupOptions& options() const override { return c_->options(); }
   uint64_t sequence_number() const override { return c_->sequence_number(); }
 
-  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op) override {
+  WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     const char* fn = "all_reduce";
-    check_tensor(fn, "tensor", tensor);
-    check_reduce(fn, op, tensor.dtype());
     auto o = c_->new_op(fn);
     o->keep.push_back(tensor);
     void* p = tensor.data_ptr();
@@ -539,10 +75,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr broadcast_async(Tensor& tensor, int src) override {
+  WorkPtr do_broadcast(Tensor& tensor, int src) override {
     const char* fn = "broadcast";
-    check_tensor(fn, "tensor", tensor);
-    check_rank(fn, "src", src);
     auto o = c_->new_op(fn);
     o->keep.push_back(tensor);
     void* p = tensor.data_ptr();
@@ -554,12 +88,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) override {
     const char* fn = "all_gather_into_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_gather_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -587,10 +117,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) override {
+  WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     const char* fn = "all_gather";
-    check_tensor(fn, "input", input);
-    check_list(fn, "outputs", outputs, input);
     auto o = c_->new_op(fn);
     o->keep.push_back(input);
     for (auto& t : outputs) o->keep.push_back(t);
@@ -615,13 +143,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) override {
+  WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) override {
     const char* fn = "reduce_scatter_tensor";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    check_reduce(fn, op, input.dtype());
-    detail::check_scatter_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -650,11 +173,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     const char* fn = "reduce_scatter";
-    check_tensor(fn, "output", output);
-    check_list(fn, "inputs", inputs, output);
-    check_reduce(fn, op, output.dtype());
     auto o = c_->new_op(fn);
     o->keep.push_back(output);
     for (auto& t : inputs) o->keep.push_back(t);
@@ -680,12 +200,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr all_to_all_async(Tensor& output, const Tensor& input) override {
+  WorkPtr do_all_to_all(Tensor& output, const Tensor& input) override {
     const char* fn = "all_to_all";
-    check_tensor(fn, "input", input);
-    check_tensor(fn, "output", output);
-    check_same_dtype(fn, "output", output, input);
-    detail::check_all_to_all_sizes(at(fn), output, input, size());
     auto o = c_->new_op(fn);
     o->keep = {output, input};
     char* out = static_cast<char*>(output.data_ptr());
@@ -724,10 +240,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr send_async(const Tensor& tensor, int dst, int tag) override {
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override {
     const char* fn = "send";
-    check_tensor(fn, "tensor", tensor);
-    check_peer(fn, "dst", dst, tag);
     auto o = c_->new_op(fn);
     o->p2p = true;
     o->peer = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
@@ -741,10 +255,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr recv_async(Tensor& tensor, int src, int tag) override {
+  WorkPtr do_recv(Tensor& tensor, int src, int tag) override {
     const char* fn = "recv";
-    check_tensor(fn, "tensor", tensor);
-    check_peer(fn, "src", src, tag);
     auto o = c_->new_op(fn);
     o->p2p = true;
     o->peer = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
@@ -758,7 +270,7 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  WorkPtr barrier_async() override {
+  WorkPtr do_barrier() override {
     auto o = c_->new_op("barrier");
     Comm& c = *c_;
     return c_->submit(o, [] {}, [&] {
@@ -766,54 +278,16 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) override {
-    const char* fn = "new_group";
-    auto g = detail::new_group_split(c_->where(fn), ranks, rank(), size());
-    return make_subgroup(fn, g.color, g.key, g.check, std::move(options));
+  ProcessGroupPtr do_new_group(const std::vector<int>&, int color, int key, int64_t check,
+                               std::optional<GroupOptions> options) override {
+    return make_subgroup("new_group", color, key, check, std::move(options));
   }
 
-  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options) override {
-    return make_subgroup("split", color < 0 ? -1 : color, key, 0, std::move(options));
+  ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) override {
+    return make_subgroup("split", color, key, 0, std::move(options));
   }
 
  private:
-  // The error prefix of op `fn`, built only when a check fails.
-  detail::ErrorPrefix<Comm> at(const char* fn) const { return {c_.get(), fn}; }
-  void check_tensor(const char* fn, const char* what, const Tensor& t) const {
-    detail::check_defined(at(fn), what, t);
-    if (!t.is_cuda()) {
-      throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() +
-                      "; the nccl backend takes CUDA tensors on cuda:" + std::to_string(c_->device()) +
-                      " (use the mpi or local backend for CPU tensors)");
-    }
-    if (t.device().index >= 0 && t.device().index != c_->device()) {
-      throw CommError(c_->where(fn) + ": " + what + " is on " + t.device().str() + ", the group's device is cuda:" +
-                      std::to_string(c_->device()));
-    }
-    detail::check_contiguous(at(fn), what, t);
-  }
-  void check_same_dtype(const char* fn, const char* what, const Tensor& t, const Tensor& ref) const {
-    detail::check_same_dtype(at(fn), what, t, ref);
-  }
-  void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const {
-    detail::check_list_like(at(fn), what, list, like, size(),
-                            [&](const char* name, const Tensor& t) { check_tensor(fn, name, t); });
-  }
-  void check_reduce(const char* fn, ReduceOp op, ScalarType dt) const {
-    detail::check_reduce(at(fn), op, dt);
-  }
-  void check_rank(const char* fn, const char* what, int r) const {
-    detail::check_rank(at(fn), what, r, size());
-  }
-  void check_peer(const char* fn, const char* what, int peer, int tag) const {
-    check_rank(fn, what, peer);
-    if (peer == rank()) {
-      throw CommError(c_->where(fn) + ": " + what + " " + std::to_string(peer) +
-                      " is this rank; the nccl backend cannot send to or receive from itself");
-    }
-    if (tag < 0) throw CommError(c_->where(fn) + ": tag " + std::to_string(tag) + " is negative");
-  }
-
   /// new_group / split: every rank's (color, key, check) is all-gathered on the device (one timed op),
   /// checked, then ncclCommSplit.
   ProcessGroupPtr make_subgroup(const char* fn, int color, int key, int64_t check, std::optional<GroupOptions> options) {
@@ -826,25 +300,8 @@ class NcclProcessGroup : public ProcessGroup {
     c_->submit(o, [] {}, [&] {
       TROUPE_NCCL_CALL(c, *o, ncclAllGather(mine.data_ptr(), all.data_ptr(), 3, ncclInt64, c.handle(), c.stream()));
     })->wait();
-    std::vector<int64_t> a = all.cpu().to_vector<int64_t>();
     std::string label = o->label();
-    for (int r = 0; r < n; ++r) {
-      if (a[3 * r + 2] != check) {
-        throw CommError(label + ": ranks passed different rank lists (rank " + std::to_string(r) +
-                        "'s differs from rank " + std::to_string(rank()) + "'s)");
-      }
-    }
-    std::vector<std::pair<int64_t, int>> members;  // by (key, parent rank): the new ranks' order
-    for (int r = 0; r < n; ++r) {
-      if (color >= 0 && a[3 * r] == color) members.push_back({a[3 * r + 1], r});
-    }
-    std::sort(members.begin(), members.end());
-    GroupOptions opts = options ? *options : c_->options();
-    if (!options || opts.name.empty() || opts.name == GroupOptions{}.name) {
-      std::string name = c_->options().name + "/group[";
-      for (size_t i = 0; i < members.size(); ++i) name += (i ? "," : "") + std::to_string(members[i].second);
-      opts.name = name + "]";
-    }
+    auto plan = detail::plan_subgroup(label, all.cpu().to_vector<int64_t>(), rank(), color, check, c_->options(), options);
     ncclComm_t sub = nullptr;
     ncclResult_t r;
     {
@@ -863,13 +320,9 @@ class NcclProcessGroup : public ProcessGroup {
       }
     }
     if (color < 0 || sub == nullptr) return nullptr;
-    int new_rank = 0;
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (members[i].second == rank()) new_rank = static_cast<int>(i);
-    }
     DeviceGuard dg(c_->device());
-    auto comm = make_comm(sub, ncclInProgress, c_->device(), new_rank, static_cast<int>(members.size()),
-                          std::move(opts), fn, "ncclCommSplit");
+    auto comm = make_comm(sub, ncclInProgress, c_->device(), plan.new_rank, static_cast<int>(plan.members.size()),
+                          std::move(plan.options), fn, "ncclCommSplit");
     return std::make_shared<NcclProcessGroup>(comm);
   }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include <troupe/tensor/device.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::comm {
@@ -33,7 +34,8 @@ enum class ReduceOp { SUM, AVG, PRODUCT, MIN, MAX };
 /// "SUM", "AVG", ...
 const char* reduce_op_name(ReduceOp op);
 
-/// Thrown when a collective does not complete within its timeout, or a peer is gone.
+/// What every backend throws: bad arguments, a collective that does not complete within its timeout, a
+/// peer that is gone.
 class CommError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -89,7 +91,10 @@ void run_sync(F&& issue) {
 }
 }  // namespace detail
 
-/// A set of ranks that run collectives together.
+/// A set of ranks that run collectives together. The collectives are one front for every backend: each
+/// checks its arguments here (CommError naming the op, the group and the values: "[all_gather] group
+/// 'world' (mpi, rank 1 of 2): outputs holds 3 tensors, expected 2 (the group size)"), then calls the
+/// backend's do_* (the transport); a call that fails a check issues nothing and takes no sequence number.
 class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   virtual ~ProcessGroup() = default;
@@ -100,65 +105,76 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual int size() const = 0;
   /// "local", "mpi" or "nccl".
   virtual std::string backend() const = 0;
+  /// The options the group was made with (its timeout, its name).
   virtual const GroupOptions& options() const = 0;
 
-  // ---- asynchronous collectives (the backend implements these)
+  // ---- asynchronous collectives
 
   /// In place: every rank's `tensor` becomes the reduction over ranks (AVG: sum / size).
-  virtual WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::SUM) = 0;
+  WorkPtr all_reduce_async(Tensor& tensor, ReduceOp op = ReduceOp::SUM);
   /// In place: every rank's `tensor` becomes rank `src`'s.
-  virtual WorkPtr broadcast_async(Tensor& tensor, int src) = 0;
+  WorkPtr broadcast_async(Tensor& tensor, int src);
   /// `output` (size * input.numel() elements, dim 0 = size * input.size(0)) gets every rank's `input`
   /// concatenated in rank order (all_gather_into_tensor).
-  virtual WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input) = 0;
-  /// `outputs[r]` gets rank r's `input` (outputs holds size() tensors shaped like input).
-  virtual WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) = 0;
+  WorkPtr all_gather_into_tensor_async(Tensor& output, const Tensor& input);
+  /// `outputs[r]` gets rank r's `input` (outputs holds size() tensors of input's dtype and numel).
+  WorkPtr all_gather_async(std::vector<Tensor>& outputs, const Tensor& input);
   /// `input` (size * output.numel() elements) is split in size() chunks along dim 0; rank r's `output`
   /// gets the reduction over ranks of chunk r (reduce_scatter_tensor).
-  virtual WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM) = 0;
+  WorkPtr reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM);
   /// `output` gets the reduction over ranks of `inputs[rank()]` (inputs holds size() tensors).
-  virtual WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs,
-                                       ReduceOp op = ReduceOp::SUM) = 0;
-  /// all_to_all_single with equal splits: chunk j of rank i's `input` (dim 0 split in size() parts) goes
-  /// to chunk i of rank j's `output`.
-  virtual WorkPtr all_to_all_async(Tensor& output, const Tensor& input) = 0;
+  WorkPtr reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::SUM);
+  /// all_to_all_single with equal splits: chunk j of rank i's `input` (split in size() parts) goes to
+  /// chunk i of rank j's `output`.
+  WorkPtr all_to_all_async(Tensor& output, const Tensor& input);
   /// Point to point (not ordered with the collectives' queue beyond issue order on each side): sends
-  /// `tensor` to rank `dst`, matched by the recv of (this rank, tag) there.
-  virtual WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0) = 0;
+  /// `tensor` to rank `dst`, matched by the recv of (this rank, tag) there; 0 <= tag <= the backend's
+  /// largest.
+  WorkPtr send_async(const Tensor& tensor, int dst, int tag = 0);
   /// Receives into `tensor` (same dtype and number of elements) what rank `src` sent with `tag`.
-  virtual WorkPtr recv_async(Tensor& tensor, int src, int tag = 0) = 0;
+  WorkPtr recv_async(Tensor& tensor, int src, int tag = 0);
   /// Completes once every rank has entered it.
-  virtual WorkPtr barrier_async() = 0;
+  WorkPtr barrier_async();
 
   // ---- synchronous forms: the async form, then wait() (issued under detail::SyncCall)
 
+  /// all_reduce_async, then wait.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM) {
     detail::run_sync([&] { return all_reduce_async(tensor, op); });
   }
+  /// broadcast_async, then wait.
   void broadcast(Tensor& tensor, int src) {
     detail::run_sync([&] { return broadcast_async(tensor, src); });
   }
+  /// all_gather_into_tensor_async, then wait.
   void all_gather_into_tensor(Tensor& output, const Tensor& input) {
     detail::run_sync([&] { return all_gather_into_tensor_async(output, input); });
   }
+  /// all_gather_async, then wait.
   void all_gather(std::vector<Tensor>& outputs, const Tensor& input) {
     detail::run_sync([&] { return all_gather_async(outputs, input); });
   }
+  /// reduce_scatter_tensor_async, then wait.
   void reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::SUM) {
     detail::run_sync([&] { return reduce_scatter_tensor_async(output, input, op); });
   }
+  /// reduce_scatter_async, then wait.
   void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::SUM) {
     detail::run_sync([&] { return reduce_scatter_async(output, inputs, op); });
   }
+  /// all_to_all_async, then wait.
   void all_to_all(Tensor& output, const Tensor& input) {
     detail::run_sync([&] { return all_to_all_async(output, input); });
   }
+  /// send_async, then wait.
   void send(const Tensor& tensor, int dst, int tag = 0) {
     detail::run_sync([&] { return send_async(tensor, dst, tag); });
   }
+  /// recv_async, then wait.
   void recv(Tensor& tensor, int src, int tag = 0) {
     detail::run_sync([&] { return recv_async(tensor, src, tag); });
   }
+  /// barrier_async, then wait.
   void barrier() { detail::run_sync([&] { return barrier_async(); }); }
 
   // ---- sub-groups (collective over this group: every rank calls them, in the same order)
@@ -166,14 +182,65 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   /// A group of `ranks` (ranks of this group, in the new group's rank order); null on ranks not in it
   /// (torch.distributed.new_group). Without options it takes this group's; unless they name it, it is
   /// named "<this group's name>/group[<ranks>]" ("world/group[0,2]").
-  virtual ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options = {}) = 0;
+  ProcessGroupPtr new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options = {});
   /// Ranks with the same `color` form one group, ordered by (key, rank); color < 0: null
   /// (MPI_Comm_split). Options and name as new_group's.
-  virtual ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options = {}) = 0;
+  ProcessGroupPtr split(int color, int key, std::optional<GroupOptions> options = {});
 
   /// Number of collectives issued on this group so far, new_group and split included (the next one
   /// gets this sequence number).
   virtual uint64_t sequence_number() const = 0;
+
+ protected:
+  /// What the front checks that differs between backends.
+  struct Traits {
+    /// Tensors must be on this device: cpu, or cuda:i (a tensor on cuda with index -1 passes).
+    Device device = Device(kCPU);
+    /// Whether send and recv may name this rank as the peer.
+    bool p2p_with_self = false;
+    /// Tags are in [0, max_tag].
+    int max_tag = 2147483647;
+  };
+  /// A backend's group with its traits.
+  explicit ProcessGroup(Traits traits) : traits_(traits) {}
+
+  /// "[fn] group 'world' (mpi, rank 1 of 2)": the prefix of the front's errors.
+  std::string where(const char* fn) const;
+
+  // The transport of each collective, called once its arguments passed the front's checks.
+  /// all_reduce_async's transport.
+  virtual WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) = 0;
+  /// broadcast_async's transport.
+  virtual WorkPtr do_broadcast(Tensor& tensor, int src) = 0;
+  /// all_gather_into_tensor_async's transport.
+  virtual WorkPtr do_all_gather_into_tensor(Tensor& output, const Tensor& input) = 0;
+  /// all_gather_async's transport.
+  virtual WorkPtr do_all_gather(std::vector<Tensor>& outputs, const Tensor& input) = 0;
+  /// reduce_scatter_tensor_async's transport.
+  virtual WorkPtr do_reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) = 0;
+  /// reduce_scatter_async's transport.
+  virtual WorkPtr do_reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) = 0;
+  /// all_to_all_async's transport.
+  virtual WorkPtr do_all_to_all(Tensor& output, const Tensor& input) = 0;
+  /// send_async's transport.
+  virtual WorkPtr do_send(const Tensor& tensor, int dst, int tag) = 0;
+  /// recv_async's transport.
+  virtual WorkPtr do_recv(Tensor& tensor, int src, int tag) = 0;
+  /// barrier_async's transport.
+  virtual WorkPtr do_barrier() = 0;
+  /// new_group's transport: `ranks` are valid; this rank's split of them is (color: 0 in the group, -1
+  /// not; key: its index in ranks) and `check` is a hash of the list that every rank must agree on.
+  virtual ProcessGroupPtr do_new_group(const std::vector<int>& ranks, int color, int key, int64_t check,
+                                       std::optional<GroupOptions> options) = 0;
+  /// split's transport (color < 0 comes as -1).
+  virtual ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) = 0;
+
+ private:
+  void check_tensor(const char* fn, const char* what, const Tensor& t) const;
+  void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
+  void check_peer(const char* fn, const char* what, int peer, int tag) const;
+
+  Traits traits_;
 };
 
 /// The world group: the calling thread's own (set_thread_world; run_local) if any, else the one

@@ -57,6 +57,12 @@ std::string label(const char* op, ScalarType dt, const std::vector<int64_t>& sha
   return s + "] on rank " + std::to_string(rank) + " of " + std::to_string(size);
 }
 
+// "[fn] group 'world' (local, rank r of n): ", the prefix of the front's argument errors.
+std::string at(const char* fn, const ProcessGroupPtr& pg) {
+  return std::string("[") + fn + "] group '" + pg->options().name + "' (local, rank " + std::to_string(pg->rank()) +
+         " of " + std::to_string(pg->size()) + "): ";
+}
+
 // The message of the E that f throws, or "<no exception>".
 template <typename E = CommError, typename F>
 std::string error_of(F&& f) {
@@ -141,8 +147,8 @@ TEST(CommLocal, GroupsKnowTheirRanks) {
       EXPECT_EQ(groups[r]->sequence_number(), 0u);
     }
   }
-  EXPECT_THROW(make_local_groups(0), std::invalid_argument);
-  EXPECT_THROW(run_local(-1, [](ProcessGroupPtr) {}), std::invalid_argument);
+  EXPECT_THROW(make_local_groups(0), CommError);
+  EXPECT_THROW(run_local(-1, [](ProcessGroupPtr) {}), CommError);
 }
 
 TEST(CommLocal, WorldIsTheRanksGroupInsideRunLocal) {
@@ -202,6 +208,37 @@ TEST(CommLocal, AllReduceMinMaxPropagateNaN) {
   });
 }
 
+// The same bits as the mpi backend (MpiCollectives.AllReduceBothPathsEveryRankSameBits): MIN(+0, -0)
+// is -0 and MAX is +0 whichever rank holds which, and a NaN on one rank gives NaN (reduce_op.h).
+TEST(CommLocal, AllReduceMinMaxSignedZerosAndNaNAsMpi) {
+  for (int n : {2, 3, 4}) {
+    run_local(n, [n](ProcessGroupPtr pg) {
+      const int me = pg->rank();
+      for (ScalarType dt : kFloatDtypes) {
+        Tensor z = make({4}, dt, [&](int64_t i) {
+          if (i == 0) return me % 2 ? -0.0 : 0.0;
+          if (i == 1) return me == n - 1 ? std::nan("") : 1.0;
+          if (i == 2) return me % 2 ? 0.0 : -0.0;  // the other order
+          return static_cast<double>(i);
+        });
+        Tensor zmax = z.clone();
+        pg->all_reduce(z, ReduceOp::MIN);
+        pg->all_reduce(zmax, ReduceOp::MAX);
+        auto zv = values(z), xv = values(zmax);
+        for (int i : {0, 2}) {
+          EXPECT_TRUE(zv[i] == 0.0 && std::signbit(zv[i])) << "MIN(+0, -0) should be -0, got " << zv[i] << " "
+                                                           << dtype_name(dt) << " on " << n << " ranks";
+          EXPECT_TRUE(xv[i] == 0.0 && !std::signbit(xv[i])) << "MAX(+0, -0) should be +0, got " << xv[i] << " "
+                                                            << dtype_name(dt) << " on " << n << " ranks";
+        }
+        EXPECT_TRUE(std::isnan(zv[1]) && std::isnan(xv[1])) << "a NaN on one rank should give NaN";
+        EXPECT_EQ(zv[3], 3.0);
+        EXPECT_EQ(xv[3], 3.0);
+      }
+    });
+  }
+}
+
 TEST(CommLocal, AllReduceIntegersWrapAround) {
   run_local(2, [](ProcessGroupPtr pg) {
     Tensor a = full({2}, std::numeric_limits<int64_t>::max(), kInt64);
@@ -217,11 +254,10 @@ TEST(CommLocal, AllReduceAvgOnIntegersIsAnError) {
   run_local(2, [](ProcessGroupPtr pg) {
     for (ScalarType dt : {kInt32, kInt64, kUInt8, kBool}) {
       Tensor t = zeros({3}, dt);
-      auto msg = error_of<std::invalid_argument>([&] { pg->all_reduce(t, ReduceOp::AVG); });
-      EXPECT_NE(msg.find("[all_reduce] ReduceOp.AVG needs a floating-point tensor, got"), std::string::npos) << msg;
-      EXPECT_NE(msg.find(dtype_name(dt)), std::string::npos) << msg;
+      auto msg = error_of([&] { pg->all_reduce(t, ReduceOp::AVG); });
+      EXPECT_EQ(msg, at("all_reduce", pg) + "AVG needs a floating dtype, got " + dtype_name(dt));
       Tensor out = zeros({3}, dt), in = zeros({3 * pg->size()}, dt);
-      EXPECT_THROW(pg->reduce_scatter_tensor(out, in, ReduceOp::AVG), std::invalid_argument);
+      EXPECT_THROW(pg->reduce_scatter_tensor(out, in, ReduceOp::AVG), CommError);
     }
     EXPECT_EQ(pg->sequence_number(), 0u);  // nothing was issued
     Tensor ok = full({2}, 1.0);
@@ -513,11 +549,10 @@ TEST(CommLocal, NewGroup) {
 
 TEST(CommLocal, NewGroupErrors) {
   run_local(3, [](ProcessGroupPtr pg) {
-    EXPECT_THROW(pg->new_group({}), std::invalid_argument);
-    EXPECT_NE(error_of<std::invalid_argument>([&] { pg->new_group({0, 3}); }).find("rank 3 is not a rank"),
-              std::string::npos);
-    EXPECT_NE(error_of<std::invalid_argument>([&] { pg->new_group({1, 1}); }).find("appears twice"),
-              std::string::npos);
+    EXPECT_EQ(error_of([&] { pg->new_group({}); }), at("new_group", pg) + "ranks is empty");
+    EXPECT_EQ(error_of([&] { pg->new_group({0, 3}); }), at("new_group", pg) + "rank 3 is not in [0, 3)");
+    EXPECT_EQ(error_of([&] { pg->new_group({1, 1}); }), at("new_group", pg) + "rank 1 appears twice");
+    EXPECT_EQ(pg->sequence_number(), 0u);  // none of these was issued
     // ranks asking for different groups: an error on every rank
     auto msg = error_of([&] { pg->new_group(pg->rank() == 1 ? std::vector<int>{0, 1} : std::vector<int>{0, 2}); });
     EXPECT_NE(msg.find("[comm] new_group #0 on group 'world' (local, 3 ranks): rank 1 asks for ranks [0, 1], rank 0 "
@@ -611,12 +646,14 @@ TEST(CommLocal, SendRecvErrors) {
   run_local(2, [](ProcessGroupPtr pg) {
     const int r = pg->rank();
     Tensor t = zeros({4});
-    auto msg = error_of<std::invalid_argument>([&] { pg->send(t, r); });
-    EXPECT_NE(msg.find("[send] dst " + std::to_string(r) + " is this rank"), std::string::npos) << msg;
-    msg = error_of<std::invalid_argument>([&] { pg->send(t, 2); });
-    EXPECT_NE(msg.find("[send] dst 2 is not a rank of group 'world' (2 ranks)"), std::string::npos) << msg;
-    EXPECT_THROW(pg->recv(t, -1), std::invalid_argument);
-    EXPECT_THROW(pg->recv(t, r), std::invalid_argument);
+    auto msg = error_of([&] { pg->send(t, r); });
+    EXPECT_EQ(msg, at("send", pg) + "dst " + std::to_string(r) +
+                       " is this rank; the local backend cannot send to or receive from itself");
+    msg = error_of([&] { pg->send(t, 2); });
+    EXPECT_EQ(msg, at("send", pg) + "dst 2 is not in [0, 2)");
+    EXPECT_EQ(error_of([&] { pg->recv(t, 1 - r, -1); }), at("recv", pg) + "tag -1 is not in [0, 2147483647]");
+    EXPECT_THROW(pg->recv(t, -1), CommError);
+    EXPECT_THROW(pg->recv(t, r), CommError);
     // a message of the wrong size fails on the receiver
     if (r == 0) {
       pg->send(zeros({3}), 1);
@@ -652,7 +689,7 @@ TEST(CommLocal, RecvTimesOut) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Errors: mismatches across ranks (CommError on every rank), bad arguments (invalid_argument, local)
+// Errors: mismatches across ranks (CommError on every rank), bad arguments (CommError on the calling rank, nothing issued)
 
 TEST(CommLocal, MismatchedShapesFailOnEveryRank) {
   for (int s : {2, 3, 4}) {
@@ -714,52 +751,68 @@ TEST(CommLocal, MismatchedDtypesOpsAndArguments) {
 
 TEST(CommLocal, BadArgumentsAreLocalErrors) {
   run_local(2, [](ProcessGroupPtr pg) {
-    const char* contiguous = "must be contiguous";
+    const char* contiguous = "is not contiguous";
     Tensor nc = zeros({3, 4}).t();
     auto has = [](const std::string& msg, const std::string& part) {
       EXPECT_NE(msg.find(part), std::string::npos) << msg;
     };
-    has(error_of<std::invalid_argument>([&] { pg->all_reduce(nc); }), "[all_reduce] tensor must be contiguous (shape "
-                                                                      "[4, 3], strides [1, 4])");
-    has(error_of<std::invalid_argument>([&] { pg->broadcast(nc, 0); }), contiguous);
-    has(error_of<std::invalid_argument>([&] { pg->send(nc, 1 - pg->rank()); }), contiguous);
-    has(error_of<std::invalid_argument>([&] { pg->recv(nc, 1 - pg->rank()); }), contiguous);
+    EXPECT_EQ(error_of([&] { pg->all_reduce(nc); }),
+              at("all_reduce", pg) +
+                  "tensor (4, 3) is not contiguous; pass a contiguous tensor (.contiguous(), then copy back)");
+    has(error_of([&] { pg->broadcast(nc, 0); }), contiguous);
+    has(error_of([&] { pg->send(nc, 1 - pg->rank()); }), contiguous);
+    has(error_of([&] { pg->recv(nc, 1 - pg->rank()); }), contiguous);
     Tensor out = zeros({24});
-    has(error_of<std::invalid_argument>([&] { pg->all_gather_into_tensor(out, nc); }), contiguous);
+    has(error_of([&] { pg->all_gather_into_tensor(out, nc); }), contiguous);
     Tensor undefined;
-    has(error_of<std::invalid_argument>([&] { pg->all_reduce(undefined); }), "undefined");
+    EXPECT_EQ(error_of([&] { pg->all_reduce(undefined); }), at("all_reduce", pg) + "tensor is undefined");
     Tensor t = zeros({3});
-    has(error_of<std::invalid_argument>([&] { pg->broadcast(t, 2); }), "[broadcast] src 2 is not a rank");
-    has(error_of<std::invalid_argument>([&] { pg->broadcast(t, -1); }), "[broadcast] src -1 is not a rank");
+    EXPECT_EQ(error_of([&] { pg->broadcast(t, 2); }), at("broadcast", pg) + "src 2 is not in [0, 2)");
+    EXPECT_EQ(error_of([&] { pg->broadcast(t, -1); }), at("broadcast", pg) + "src -1 is not in [0, 2)");
 
     Tensor small = zeros({5});
-    has(error_of<std::invalid_argument>([&] { pg->all_gather_into_tensor(small, t); }),
-        "[all_gather_into_tensor] output has 5 elements; it needs size() * input.numel() = 2 * 3 = 6");
+    EXPECT_EQ(error_of([&] { pg->all_gather_into_tensor(small, t); }),
+              at("all_gather_into_tensor", pg) + "output has 5 elements (5,), expected size * input.numel() = 2 * 3");
     Tensor dbl = zeros({6}, kFloat64);
-    has(error_of<std::invalid_argument>([&] { pg->all_gather_into_tensor(dbl, t); }),
-        "[all_gather_into_tensor] output is float64 but input is float32");
-    has(error_of<std::invalid_argument>([&] { pg->reduce_scatter_tensor(t, small); }),
-        "[reduce_scatter_tensor] input has 5 elements; it needs size() * output.numel() = 2 * 3 = 6");
+    EXPECT_EQ(error_of([&] { pg->all_gather_into_tensor(dbl, t); }),
+              at("all_gather_into_tensor", pg) + "output is float64, expected float32");
+    EXPECT_EQ(error_of([&] { pg->reduce_scatter_tensor(t, small); }),
+              at("reduce_scatter_tensor", pg) + "input has 5 elements (5,), expected size * output.numel() = 2 * 3");
     std::vector<Tensor> three = {zeros({3}), zeros({3}), zeros({3})};
-    has(error_of<std::invalid_argument>([&] { pg->all_gather(three, t); }),
-        "[all_gather] outputs holds 3 tensors; it needs one per rank (2)");
+    EXPECT_EQ(error_of([&] { pg->all_gather(three, t); }),
+              at("all_gather", pg) + "outputs holds 3 tensors, expected 2 (the group size)");
     std::vector<Tensor> wrong = {zeros({3}), zeros({4})};
-    has(error_of<std::invalid_argument>([&] { pg->all_gather(wrong, t); }),
-        "[all_gather] outputs[1] has shape [4] (float32); it must be like input: shape [3] (float32)");
-    has(error_of<std::invalid_argument>([&] { pg->reduce_scatter(t, wrong); }), "[reduce_scatter] inputs[1] has");
+    EXPECT_EQ(error_of([&] { pg->all_gather(wrong, t); }),
+              at("all_gather", pg) + "outputs[1] has 4 elements (4,), expected 3 (3,)");
+    has(error_of([&] { pg->reduce_scatter(t, wrong); }), at("reduce_scatter", pg) + "inputs[1] has");
     Tensor odd = zeros({3}), odd_out = zeros({3});
-    has(error_of<std::invalid_argument>([&] { pg->all_to_all(odd_out, odd); }),
-        "[all_to_all] input's dim 0 (3) does not divide equally across the group's 2 ranks");
+    EXPECT_EQ(error_of([&] { pg->all_to_all(odd_out, odd); }),
+              at("all_to_all", pg) + "input has 3 elements (3,), not divisible by the group size 2");
     Tensor scalar = zeros({}), scalar_out = zeros({});
-    has(error_of<std::invalid_argument>([&] { pg->all_to_all(scalar_out, scalar); }), "a 0-d tensor has none");
+    has(error_of([&] { pg->all_to_all(scalar_out, scalar); }), "not divisible by the group size 2");
     Tensor four = zeros({4}), eight = zeros({8});
-    has(error_of<std::invalid_argument>([&] { pg->all_to_all(eight, four); }),
-        "[all_to_all] output has 8 elements, input 4");
-    // overlapping output and input, not as this rank's chunk
-    Tensor buf = zeros({6});
-    Tensor wrong_chunk = buf.narrow(0, 1, 3);
-    has(error_of<std::invalid_argument>([&] { pg->all_gather_into_tensor(buf, wrong_chunk); }), "overlap");
+    EXPECT_EQ(error_of([&] { pg->all_to_all(eight, four); }),
+              at("all_to_all", pg) + "output has 8 elements, input has 4");
+    EXPECT_EQ(error_of([&] { pg->send(t, 1 - pg->rank(), -1); }), at("send", pg) + "tag -1 is not in [0, 2147483647]");
     EXPECT_EQ(pg->sequence_number(), 0u);  // none of these was issued
+  });
+}
+
+// Output and input overlapping other than as this rank's chunk (the in-place forms): the input is read
+// from a copy taken when the op is issued, as the mpi and nccl backends do.
+TEST(CommLocal, OverlappingOutputAndInputReadTheInputAsIssued) {
+  run_local(2, [](ProcessGroupPtr pg) {
+    const int r = pg->rank();
+    Tensor buf = make({6}, kFloat32, [&](int64_t i) { return 10.0 * r + i; });
+    Tensor wrong_chunk = buf.narrow(0, 1, 3);  // {10r + 1, 10r + 2, 10r + 3}
+    pg->all_gather_into_tensor(buf, wrong_chunk);
+    expect_values(buf, [](int64_t i) { return 10.0 * (i / 3) + 1 + i % 3; }, "all_gather_into_tensor overlapping");
+
+    Tensor in = make({6}, kFloat32, [&](int64_t i) { return 10.0 * r + i; });
+    Tensor out = in.narrow(0, 1, 3);  // input chunk r is {10r + 3r, ...}; out overlaps chunks 0 and 1
+    pg->reduce_scatter_tensor(out, in);
+    // rank q's out = sum over ranks p of p's original in[3q + j] = (0 + 10) + 2 * (3q + j)
+    expect_values(out, [&](int64_t j) { return 10.0 + 2.0 * (3 * r + j); }, "reduce_scatter_tensor overlapping");
   });
 }
 
