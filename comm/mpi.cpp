@@ -299,7 +299,7 @@ class MpiProcessGroup : public ProcessGroup {
       add_small_allreduce(o, e_->coll_comm(), rank(), size(), buf, n, type, c,
                           e_->scratch(std::max<size_t>(1, n * type_size(type))));
     } else {
-      add_allreduce(o, e_->comm(), buf, n, type, mpi_op(c));
+      add_allreduce(o, e_->comm(), buf, n, type, mpi_op(c, type));
     }
   }
 
@@ -331,14 +331,14 @@ class MpiProcessGroup : public ProcessGroup {
       o.buffers.push_back(fin);
       o.buffers.push_back(fout);
       o.before = [=] { widen(in, reinterpret_cast<float*>(fin->data()), n * size, dt); };
-      add_reduce_scatter(o, e_->comm(), rank(), size, fin->data(), fout->data(), n, MPI_FLOAT, mpi_op(detail::combine_of(op, dt)));
+      add_reduce_scatter(o, e_->comm(), rank(), size, fin->data(), fout->data(), n, MPI_FLOAT, mpi_op(detail::combine_of(op, dt), MPI_FLOAT));
       o.after = [=] {
         if (op == ReduceOp::AVG) divide_by(fout->data(), n, MPI_FLOAT, size);
         narrow(reinterpret_cast<float*>(fout->data()), out, n, dt);
       };
     } else {
       MPI_Datatype type = move_type(dt);
-      add_reduce_scatter(o, e_->comm(), rank(), size, in, out, n, type, mpi_op(detail::combine_of(op, dt)));
+      add_reduce_scatter(o, e_->comm(), rank(), size, in, out, n, type, mpi_op(detail::combine_of(op, dt), type));
       if (op == ReduceOp::AVG) o.after = [=] { divide_by(out, n, type, size); };
     }
   }

@@ -4,13 +4,44 @@
 
 namespace troupe::comm::mpi_impl {
 
-/// The MPI op of a combination (reduce_op.h's table; AVG is a SUM divided after).
-MPI_Op mpi_op(Combine c) {
+namespace {
+// MIN and MAX of floats as reduce_op.h defines them (NaN wins, -0 < +0): MPI's built-in MPI_MIN/MPI_MAX
+// follow C's comparisons, which keep whichever operand came first, so ranks could end with different
+// bits. Commutative user ops, made once per process on first use (MPI frees them at MPI_Finalize).
+template <Combine C>
+void float_min_max(void* in, void* inout, int* len, MPI_Datatype* type) {
+  auto run = [&](auto* d, const auto* s) {
+    using T = std::remove_pointer_t<decltype(d)>;
+    if constexpr (C == Combine::Min) {
+      detail::MinOf<T> op;
+      for (int i = 0; i < *len; ++i) d[i] = op(s[i], d[i]);
+    } else {
+      detail::MaxOf<T> op;
+      for (int i = 0; i < *len; ++i) d[i] = op(s[i], d[i]);
+    }
+  };
+  if (*type == MPI_DOUBLE) run(static_cast<double*>(inout), static_cast<const double*>(in));
+  else run(static_cast<float*>(inout), static_cast<const float*>(in));
+}
+template <Combine C>
+MPI_Op float_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&float_min_max<C>, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+}  // namespace
+
+/// The MPI op of a combination on `type` (reduce_op.h's table; AVG is a SUM divided after).
+MPI_Op mpi_op(Combine c, MPI_Datatype type) {
+  const bool floating = type == MPI_FLOAT || type == MPI_DOUBLE;
   switch (c) {
     case Combine::Sum: return MPI_SUM;
     case Combine::Product: return MPI_PROD;
-    case Combine::Min: return MPI_MIN;
-    case Combine::Max: return MPI_MAX;
+    case Combine::Min: return floating ? float_op<Combine::Min>() : MPI_MIN;
+    case Combine::Max: return floating ? float_op<Combine::Max>() : MPI_MAX;
     case Combine::Or: return MPI_LOR;
     case Combine::And: return MPI_LAND;
   }
@@ -176,7 +207,7 @@ WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatyp
     std::array<MPI_Request, 2> req{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int nreq = 1;
     int rc = small ? start_small_step(s, coll_comm_, buf, tmp->data(), count, type, req.data(), &nreq)
-                   : MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_op(c), comm_, req.data());
+                   : MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, mpi_op(c, type), comm_, req.data());
     if (rc != MPI_SUCCESS) return failed(req, nreq, rc, false);
     Backoff b;
     for (uint32_t polls = 1;; ++polls) {

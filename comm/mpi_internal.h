@@ -74,7 +74,7 @@ inline MPI_Datatype move_type(ScalarType t) {
 using detail::Combine;
 
 /// The MPI op of a combination (reduce_op.h's table; AVG is a SUM divided after).
-MPI_Op mpi_op(Combine c);
+MPI_Op mpi_op(Combine c, MPI_Datatype type);
 
 /// Raw bytes; the staging buffers of ops.
 using Buffer = std::shared_ptr<std::vector<char>>;

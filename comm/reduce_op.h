@@ -1,5 +1,6 @@
 // The one meaning of ReduceOp, elementwise, that every backend reduces with (internal): local and mpi
-// combine with these functors, nccl maps the same table to ncclRedOp_t (nccl.cpp's nccl_op).
+// combine with these functors (mpi's MPI_Iallreduce too, through user ops for float MIN/MAX), nccl maps
+// the same table to ncclRedOp_t (nccl.cpp's nccl_op; NCCL's own MIN/MAX decide signed zeros and NaN).
 //   SUM, AVG  a + b (AVG divides by the group size once, after the sum); integers wrap around
 //   PRODUCT   a * b; integers wrap around
 //   MIN, MAX  floats: a NaN on any rank gives the quiet NaN; MIN(-0, +0) = -0, MAX(-0, +0) = +0; both

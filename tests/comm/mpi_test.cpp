@@ -205,20 +205,29 @@ TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
       }
     }
   }
+  // MIN / MAX with signed zeros and NaN: symmetric, so every rank agrees, on both paths (MPI_Iallreduce
+  // runs troupe's user ops for floats, as reduce_op.h defines MIN and MAX) and for both float dtypes.
+  for (int path = 0; path < 2; ++path) {
+    comm::detail::set_mpi_small_allreduce_bytes(path == 0 ? 0 : saved);
+    for (ScalarType dt : {kFloat32, kFloat64}) {
+      Tensor z = make_t(4, dt, [&](int64_t i) {
+        if (i == 0) return me % 2 ? -0.0 : 0.0;
+        if (i == 1) return me == n - 1 ? std::nan("") : 1.0;
+        return static_cast<double>(i);
+      });
+      Tensor zmax = z.clone();
+      pg->all_reduce(z, ReduceOp::MIN);
+      pg->all_reduce(zmax, ReduceOp::MAX);
+      auto zv = z.to_vector<double>(), xv = zmax.to_vector<double>();
+      const std::string where = std::string(dtype_name(dt)) + (path == 0 ? ", MPI_Iallreduce" : ", recursive doubling");
+      EXPECT_TRUE(zv[0] == 0.0 && std::signbit(zv[0])) << "MIN(+0, -0) should be -0, got " << zv[0] << " (" << where << ")";
+      EXPECT_TRUE(xv[0] == 0.0 && !std::signbit(xv[0])) << "MAX(+0, -0) should be +0, got " << xv[0] << " (" << where << ")";
+      EXPECT_TRUE(std::isnan(zv[1]) && std::isnan(xv[1])) << "a NaN on one rank should give NaN (" << where << ")";
+      EXPECT_EQ(zv[3], 3.0);
+      EXPECT_EQ(xv[2], 2.0);
+    }
+  }
   comm::detail::set_mpi_small_allreduce_bytes(saved);
-  // MIN / MAX with signed zeros and NaN: symmetric, so every rank agrees.
-  Tensor z = make_t(4, kFloat32, [&](int64_t i) {
-    if (i == 0) return me % 2 ? -0.0 : 0.0;
-    if (i == 1) return me == n - 1 ? std::nan("") : 1.0;
-    return static_cast<double>(i);
-  });
-  Tensor zmax = z.clone();
-  pg->all_reduce(z, ReduceOp::MIN);
-  pg->all_reduce(zmax, ReduceOp::MAX);
-  auto zv = z.to_vector<float>(), xv = zmax.to_vector<float>();
-  EXPECT_TRUE(zv[0] == 0.0f && std::signbit(zv[0])) << "MIN(+0, -0) should be -0, got " << zv[0];
-  EXPECT_TRUE(xv[0] == 0.0f && !std::signbit(xv[0])) << "MAX(+0, -0) should be +0, got " << xv[0];
-  EXPECT_TRUE(std::isnan(zv[1]) && std::isnan(xv[1])) << "a NaN on one rank should give NaN";
 }
 
 TEST(MpiCollectives, BroadcastFromEveryRank) {
