@@ -60,7 +60,7 @@ void Backend::fill(const Tensor&, Scalar) { not_implemented("fill"); }
 void Backend::unary(UnaryOp, const Tensor&, const Tensor&, double, double) { not_implemented("unary"); }
 void Backend::binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { not_implemented("binary"); }
 void Backend::where(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { not_implemented("where"); }
-void Backend::reduce(ReduceOp, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
+void Backend::reduce(ReduceKind, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
   not_implemented("reduce");
 }
 void Backend::cumsum(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { not_implemented("cumsum"); }

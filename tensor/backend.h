@@ -30,8 +30,9 @@ enum class BinaryOp : uint8_t {
   SigmoidGrad /* a * b * (1 - b), b = sigmoid output */, TanhGrad /* a * (1 - b*b) */,
 };
 
-/// Reductions along one dim of a tensor viewed as (outer, reduced, inner).
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
+/// Reduction kernels along one dim of a tensor viewed as (outer, reduced, inner); internal to the tensor layer
+/// (torch.distributed's reduce operations are troupe::comm::ReduceOp).
+enum class ReduceKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
 
 struct Backend {
   virtual ~Backend() = default;
@@ -56,7 +57,7 @@ struct Backend {
 
   // reductions: `in` is contiguous, viewed as (outer, r, inner); out (and idx for arg/max/min) are
   // contiguous (outer, inner). Sum/Prod accumulate in double for float64, float for other floats.
-  virtual void reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+  virtual void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
                       int64_t inner);
   /// Cumulative sum along the middle dim of (outer, r, inner); contiguous in and out.
   virtual void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);

@@ -137,19 +137,19 @@ void dispatch_float(const char* op, ScalarType t, F&& f) {
 
 // ====================================================================== the reduction driver
 
-bool kernel_writes(ReduceOp op, ScalarType in, ScalarType out) {
+bool kernel_writes(ReduceKind op, ScalarType in, ScalarType out) {
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Prod: return out == in || out == acc_dtype(in);
-    case ReduceOp::Max: case ReduceOp::Min: case ReduceOp::ArgMax: case ReduceOp::ArgMin: return out == in;
-    case ReduceOp::All: case ReduceOp::Any: return out == kBool || out == kUInt8;
+    case ReduceKind::Sum: case ReduceKind::Prod: return out == in || out == acc_dtype(in);
+    case ReduceKind::Max: case ReduceKind::Min: case ReduceKind::ArgMax: case ReduceKind::ArgMin: return out == in;
+    case ReduceKind::All: case ReduceKind::Any: return out == kBool || out == kUInt8;
   }
   return false;
 }
 
-ScalarType stage_dtype(ReduceOp op, ScalarType in) {
+ScalarType stage_dtype(ReduceKind op, ScalarType in) {
   switch (op) {
-    case ReduceOp::Sum: case ReduceOp::Prod: return acc_dtype(in);
-    case ReduceOp::All: case ReduceOp::Any: return kBool;
+    case ReduceKind::Sum: case ReduceKind::Prod: return acc_dtype(in);
+    case ReduceKind::All: case ReduceKind::Any: return kBool;
     default: return in;
   }
 }
@@ -158,22 +158,22 @@ ScalarType stage_dtype(ReduceOp op, ScalarType in) {
 /// either may be undefined where the op allows it). out/idx are contiguous, hold the kept dims of x in x's
 /// order (any shape with that many elements), and out may have any dtype the accumulator converts to.
 /// Index-producing ops must reduce a single dim, or every dim of a contiguous x (flat indices).
-void run_reduction(ReduceOp op, const Tensor& x_in, const Mask& mask, const Tensor& out, const Tensor& idx) {
+void run_reduction(ReduceKind op, const Tensor& x_in, const Mask& mask, const Tensor& out, const Tensor& idx) {
   const Tensor& any_out = out.defined() ? out : idx;
   if (any_out.numel() == 0) return;
   Backend& be = backend(x_in);
   if (x_in.numel() == 0) {  // a reduced dim of size 0: the identity
     switch (op) {
-      case ReduceOp::Sum: be.fill(out, Scalar(0)); return;
-      case ReduceOp::Prod: be.fill(out, Scalar(1)); return;
-      case ReduceOp::All: be.fill(out, Scalar(true)); return;
-      case ReduceOp::Any: be.fill(out, Scalar(false)); return;
+      case ReduceKind::Sum: be.fill(out, Scalar(0)); return;
+      case ReduceKind::Prod: be.fill(out, Scalar(1)); return;
+      case ReduceKind::All: be.fill(out, Scalar(true)); return;
+      case ReduceKind::Any: be.fill(out, Scalar(false)); return;
       default: throw std::logic_error("[reduce] max/min of an empty dim must be rejected by the op");
     }
   }
 
   // reduced broadcast dims (stride 0, e.g. an expanded gradient): reduce one copy of the data instead
-  if (op != ReduceOp::Prod && op != ReduceOp::ArgMax && op != ReduceOp::ArgMin && !idx.defined()) {
+  if (op != ReduceKind::Prod && op != ReduceKind::ArgMax && op != ReduceKind::ArgMin && !idx.defined()) {
     std::vector<int64_t> sizes = x_in.sizes().vec();
     int64_t copies = 1;
     for (int64_t d = 0; d < x_in.dim(); ++d)
@@ -183,7 +183,7 @@ void run_reduction(ReduceOp op, const Tensor& x_in, const Mask& mask, const Tens
       }
     if (copies > 1) {
       Tensor once = alias(x_in, sizes, x_in.strides().vec(), x_in.storage_offset());
-      if (op != ReduceOp::Sum) return run_reduction(op, once, mask, out, idx);
+      if (op != ReduceKind::Sum) return run_reduction(op, once, mask, out, idx);
       Tensor part = empty(out.sizes(), out.options().dtype(acc_dtype(x_in.dtype())));
       run_reduction(op, once, mask, part, idx);
       part.mul_(Scalar(copies));
@@ -305,7 +305,7 @@ void run_reduction(ReduceOp op, const Tensor& x_in, const Mask& mask, const Tens
 }
 
 /// A new tensor: op over the dims of mask, in dtype `od`.
-Tensor reduce_to(ReduceOp op, const Tensor& x, const Mask& mask, bool keepdim, ScalarType od) {
+Tensor reduce_to(ReduceKind op, const Tensor& x, const Mask& mask, bool keepdim, ScalarType od) {
   Tensor out = empty(reduced_shape(x.sizes(), mask, keepdim), x.options().dtype(od));
   run_reduction(op, x, mask, out, Tensor());
   return out;
@@ -340,7 +340,7 @@ Tensor sum_impl(const Tensor& x, const Mask& mask, bool keepdim, ScalarType od) 
   NoGradGuard ng;
   // The kernel writes the input's dtype or its accumulator's; for any other dtype PyTorch converts first.
   Tensor xi = (od == x.dtype() || od == acc_dtype(x.dtype())) ? x : x.to(od);
-  return reduce_to(ReduceOp::Sum, xi, mask, keepdim, od);
+  return reduce_to(ReduceKind::Sum, xi, mask, keepdim, od);
 }
 
 /// Mean in the accumulator dtype (float for 16-bit floats), not yet converted back.
@@ -477,7 +477,7 @@ Tensor extremum_all(const Tensor& x, bool is_max) {
   Tensor out;
   {
     NoGradGuard ng;
-    out = reduce_to(is_max ? ReduceOp::Max : ReduceOp::Min, x, all_mask(x), false, x.dtype());
+    out = reduce_to(is_max ? ReduceKind::Max : ReduceKind::Min, x, all_mask(x), false, x.dtype());
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record(is_max ? "MaxBackward1" : "MinBackward1", {x}, out,
@@ -505,7 +505,7 @@ std::tuple<Tensor, Tensor> extremum_dim(const Tensor& x, int64_t dim, bool keepd
   Tensor values = empty(shape, x.options()), indices = empty(shape, x.options().dtype(kInt64));
   {
     NoGradGuard ng;
-    run_reduction(is_max ? ReduceOp::Max : ReduceOp::Min, x, mask, values, indices);
+    run_reduction(is_max ? ReduceKind::Max : ReduceKind::Min, x, mask, values, indices);
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record(
@@ -535,7 +535,7 @@ Tensor amax_amin(const Tensor& x, IntArrayRef dims, bool keepdim, bool is_max) {
   Tensor out;
   {
     NoGradGuard ng;
-    out = reduce_to(is_max ? ReduceOp::Max : ReduceOp::Min, x, mask, keepdim, x.dtype());
+    out = reduce_to(is_max ? ReduceKind::Max : ReduceKind::Min, x, mask, keepdim, x.dtype());
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record(is_max ? "AmaxBackward0" : "AminBackward0", {x}, out,
@@ -558,7 +558,7 @@ Tensor amax_amin(const Tensor& x, IntArrayRef dims, bool keepdim, bool is_max) {
 Tensor arg_extremum(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max) {
   const char* op = is_max ? "argmax" : "argmin";
   if (x.dtype() == kBool) not_for_dtype(op, x.dtype());
-  const ReduceOp rop = is_max ? ReduceOp::ArgMax : ReduceOp::ArgMin;
+  const ReduceKind rop = is_max ? ReduceKind::ArgMax : ReduceKind::ArgMin;
   NoGradGuard ng;
   if (!dim) {
     if (x.numel() == 0)
@@ -581,7 +581,7 @@ Tensor all_any(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool i
   const char* op = is_all ? "all" : "any";
   Mask mask = dim ? one_dim_mask(x, wrap_dim(op, *dim, x.dim())) : all_mask(x);
   NoGradGuard ng;
-  return reduce_to(is_all ? ReduceOp::All : ReduceOp::Any, x, mask, dim ? keepdim : false,
+  return reduce_to(is_all ? ReduceKind::All : ReduceKind::Any, x, mask, dim ? keepdim : false,
                    x.dtype() == kUInt8 ? kUInt8 : kBool);
 }
 
@@ -717,7 +717,7 @@ Tensor norm_forward(const Tensor& x, double p, const Mask& mask, bool keepdim) {
       os << "[" << op << "] Expected reduction dim to have non-zero size (infinity norm of an empty tensor)";
       throw std::out_of_range(os.str());
     }
-    out = reduce_to(is_max ? ReduceOp::Max : ReduceOp::Min, abs(xf), mask, keepdim, xf.dtype());
+    out = reduce_to(is_max ? ReduceKind::Max : ReduceKind::Min, abs(xf), mask, keepdim, xf.dtype());
   } else if (p == 0) {
     out = sum_impl(ne(xf, Scalar(0)), mask, keepdim, kInt64).to(xf.dtype());
   } else {
@@ -901,7 +901,7 @@ Tensor prod(const Tensor& x) {
   Tensor out;
   {
     NoGradGuard ng;
-    out = reduce_to(ReduceOp::Prod, x, all_mask(x), false, sum_dtype(x.dtype()));
+    out = reduce_to(ReduceKind::Prod, x, all_mask(x), false, sum_dtype(x.dtype()));
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record("ProdBackward0", {x}, out,
@@ -917,7 +917,7 @@ Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor out;
   {
     NoGradGuard ng;
-    out = reduce_to(ReduceOp::Prod, x, one_dim_mask(x, d), keepdim, sum_dtype(x.dtype()));
+    out = reduce_to(ReduceKind::Prod, x, one_dim_mask(x, d), keepdim, sum_dtype(x.dtype()));
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::record("ProdBackward1", {x}, out,
@@ -1018,7 +1018,7 @@ Tensor any(const Tensor& x, int64_t d, bool keepdim) { return all_any(x, d, keep
 
 Tensor count_nonzero(const Tensor& x) {
   NoGradGuard ng;
-  return reduce_to(ReduceOp::Sum, ne(x, Scalar(0)), all_mask(x), false, kInt64);
+  return reduce_to(ReduceKind::Sum, ne(x, Scalar(0)), all_mask(x), false, kInt64);
 }
 
 // ====================================================================== norm

@@ -16,7 +16,7 @@ struct CpuBackend final : Backend {
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
   // reduce_kernels.cpp
-  void reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+  void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
               int64_t inner) override;
   void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
   // linalg_kernels.cpp

@@ -1122,16 +1122,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-const char* reduce_name(ReduceOp op) {
+const char* reduce_name(ReduceKind op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
-    case ReduceOp::All: return "all";
-    case ReduceOp::Any: return "any";
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Prod: return "prod";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+    case ReduceKind::ArgMax: return "argmax";
+    case ReduceKind::ArgMin: return "argmin";
+    case ReduceKind::All: return "all";
+    case ReduceKind::Any: return "any";
   }
   return "reduce";
 }
@@ -1149,37 +1149,37 @@ void check_geometry(const char* name, const Tensor& t, const char* what, int64_t
 }
 
 template <typename T>
-void reduce_typed(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+void reduce_typed(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
                   int64_t inner) {
   const char* name = reduce_name(op);
   const T* ip = static_cast<const T*>(in.data_ptr());
   switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Prod: {
+    case ReduceKind::Sum:
+    case ReduceKind::Prod: {
       using A = acc_t<T>;
-      SumProdR<T> red{op == ReduceOp::Prod, nullptr, nullptr};
+      SumProdR<T> red{op == ReduceKind::Prod, nullptr, nullptr};
       if (out.dtype() == in.dtype()) red.out_same = ptr<T>(out);
       else if (out.dtype() == acc_dtype<A>()) red.out_acc = ptr<A>(out);
       else bad_out(name, in, out);
       run_reduce<T>(red, ip, outer, r, inner);
       return;
     }
-    case ReduceOp::Max:
-    case ReduceOp::Min:
-    case ReduceOp::ArgMax:
-    case ReduceOp::ArgMin: {
+    case ReduceKind::Max:
+    case ReduceKind::Min:
+    case ReduceKind::ArgMax:
+    case ReduceKind::ArgMin: {
       if (r == 0)
         throw std::out_of_range(std::string("[") + name + "] Expected reduction dim to have non-zero size.");
       if (out.defined() && out.dtype() != in.dtype()) bad_out(name, in, out);
-      ExtremumR<T> red{op == ReduceOp::Max || op == ReduceOp::ArgMax, out.defined() ? ptr<T>(out) : nullptr,
+      ExtremumR<T> red{op == ReduceKind::Max || op == ReduceKind::ArgMax, out.defined() ? ptr<T>(out) : nullptr,
                        idx.defined() ? ptr<int64_t>(idx) : nullptr};
       run_reduce<T>(red, ip, outer, r, inner);
       return;
     }
-    case ReduceOp::All:
-    case ReduceOp::Any: {
+    case ReduceKind::All:
+    case ReduceKind::Any: {
       if (out.dtype() != kBool && out.dtype() != kUInt8) bad_out(name, in, out);
-      LogicalR<T> red{op == ReduceOp::All, ptr<uint8_t>(out)};
+      LogicalR<T> red{op == ReduceKind::All, ptr<uint8_t>(out)};
       run_reduce<T>(red, ip, outer, r, inner);
       return;
     }
@@ -1429,12 +1429,12 @@ struct CudaBackend final : Backend {
     });
   }
 
-  void reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+  void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
               int64_t inner) override {
     const char* name = reduce_name(op);
     const int dev = common_device(name, {&out, &idx, &in});
     check_geometry(name, in, "input", outer * r * inner);
-    const bool wants_idx = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+    const bool wants_idx = op == ReduceKind::ArgMax || op == ReduceKind::ArgMin;
     if (out.defined()) check_geometry(name, out, "output", outer * inner);
     else if (!wants_idx) throw std::invalid_argument(std::string("[reduce] ") + name + ": the output is undefined");
     if (idx.defined()) {
