@@ -60,10 +60,23 @@ void Backend::fill(const Tensor&, Scalar) { not_implemented("fill"); }
 void Backend::unary(UnaryOp, const Tensor&, const Tensor&, double, double) { not_implemented("unary"); }
 void Backend::binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { not_implemented("binary"); }
 void Backend::where(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { not_implemented("where"); }
-void Backend::reduce(ReduceOp, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
+void Backend::reduce(ReduceKind, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
   not_implemented("reduce");
 }
 void Backend::cumsum(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { not_implemented("cumsum"); }
+bool Backend::fuses(FusedKernel) const { return false; }
+void Backend::softmax(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, bool log) {
+  not_implemented(log ? "log_softmax" : "softmax");
+}
+void Backend::softmax_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, bool log) {
+  not_implemented(log ? "log_softmax" : "softmax");
+}
+void Backend::logsumexp(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { not_implemented("logsumexp"); }
+void Backend::reverse_cumsum(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { not_implemented("cumsum"); }
+void Backend::var_mean_rows(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t) {
+  not_implemented("var");
+}
+void Backend::norm2_rows(const Tensor&, const Tensor&, int64_t, int64_t) { not_implemented("norm"); }
 void Backend::gemm(const Tensor&, const Tensor&, const Tensor&, double, double) { not_implemented("gemm"); }
 void Backend::gather(const Tensor&, const Tensor&, int64_t, const Tensor&) { not_implemented("gather"); }
 void Backend::scatter(const Tensor&, int64_t, const Tensor&, const Tensor&, bool) { not_implemented("scatter"); }

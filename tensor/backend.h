@@ -30,8 +30,13 @@ enum class BinaryOp : uint8_t {
   SigmoidGrad /* a * b * (1 - b), b = sigmoid output */, TanhGrad /* a * (1 - b*b) */,
 };
 
-/// Reductions along one dim of a tensor viewed as (outer, reduced, inner).
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
+/// Reduction kernels along one dim of a tensor viewed as (outer, reduced, inner); internal to the tensor layer
+/// (torch.distributed's reduce operations are troupe::comm::ReduceOp).
+enum class ReduceKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
+
+/// Fused kernels a backend may offer on top of the primitives. An op asks `fuses(k)` first and, where the
+/// backend has none (CUDA today), composes the result from the primitives instead.
+enum class FusedKernel : uint8_t { Softmax, LogSumExp, ReverseCumsum, VarMeanRows, Norm2Rows };
 
 struct Backend {
   virtual ~Backend() = default;
@@ -56,10 +61,29 @@ struct Backend {
 
   // reductions: `in` is contiguous, viewed as (outer, r, inner); out (and idx for arg/max/min) are
   // contiguous (outer, inner). Sum/Prod accumulate in double for float64, float for other floats.
-  virtual void reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+  virtual void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
                       int64_t inner);
   /// Cumulative sum along the middle dim of (outer, r, inner); contiguous in and out.
   virtual void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);
+
+  // fused reductions (see FusedKernel; each throws unless `fuses` says yes): floating tensors, contiguous in
+  // and out, `in` viewed as (outer, r, inner) and reduced or scanned along r
+  virtual bool fuses(FusedKernel k) const;
+  /// out = softmax (log: log_softmax) of in along r; out has in's sizes.
+  virtual void softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner, bool log);
+  /// Backward along the last dim of `rows` rows of length r: grad_in from grad_out and the forward's out.
+  virtual void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t rows,
+                                int64_t r, bool log);
+  /// out (outer, inner) = log(sum(exp(in))) along r.
+  virtual void logsumexp(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);
+  /// out[j] = sum_{k >= j} in[k] along r (cumsum's backward); any dtype but bool.
+  virtual void reverse_cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);
+  /// Per row of in (rows, r), computed in double: var = squared deviations / max(0, r - correction), and the
+  /// mean, written to var and mean (rows elements each; a floating dtype, not necessarily in's).
+  virtual void var_mean_rows(const Tensor& var, const Tensor& mean, const Tensor& in, int64_t rows, int64_t r,
+                             int64_t correction);
+  /// Per row of in (rows, r): the 2-norm, computed in double, written to out (rows elements, in's dtype).
+  virtual void norm2_rows(const Tensor& out, const Tensor& in, int64_t rows, int64_t r);
 
   // linear algebra
   /// C = alpha * op(A) @ op(B) + beta * C for 2-D float tensors (any strides; C contiguous).

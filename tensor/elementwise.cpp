@@ -1,4 +1,6 @@
 // Elementwise ops: NumPy broadcasting, PyTorch type promotion, and each op's backward beside its forward.
+// (About 800 lines, kept whole: every op here, the in-place forms at the bottom included, goes through the
+// promotion, broadcasting and casting helpers at the top; a cut would only move those into a header.)
 #include <cmath>
 #include <sstream>
 #include <stdexcept>

@@ -164,7 +164,7 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol
 ScalarType result_type(const Tensor& a, const Tensor& b);
 ScalarType result_type(const Tensor& a, Scalar b);
 
-// ============================================================ reduce.cpp
+// ==================================== reduce.cpp, reduce_stats.cpp (var, std, norm), softmax.cpp, cumsum.cpp
 Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
@@ -211,7 +211,7 @@ Tensor outer(const Tensor& a, const Tensor& b);
 /// x @ w^T + b (torch.nn.functional.linear): x (*, in), w (out, in), b (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 
-// ============================================================ join_index.cpp
+// ============================================================ join.cpp, index_ops.cpp
 Tensor cat(TensorList tensors, int64_t d = 0);
 Tensor stack(TensorList tensors, int64_t d = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t d = 0);
@@ -234,7 +234,7 @@ Tensor nonzero(const Tensor& x);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
 
-// ============================================================ nn_ops.cpp
+// ============================================================ conv.cpp, pool.cpp, dropout.cpp
 /// input (N, C_in, H, W), weight (C_out, C_in/groups, kH, kW), bias (C_out) or undefined.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = 1,
               IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);

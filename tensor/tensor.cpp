@@ -6,6 +6,7 @@
 
 #include "autograd.h"
 #include "backend.h"
+#include "op_helpers.h"
 #include "ops.h"
 
 namespace troupe {
@@ -51,25 +52,14 @@ void check_dtype_for_data_ptr(ScalarType have, ScalarType want) {
                                 " but found " + dtype_name(have));
 }
 
-static int64_t wrap_dim_for(int64_t d, int64_t ndim, const char* op) {
-  int64_t n = ndim == 0 ? 1 : ndim;
-  if (d < -n || d >= n) {
-    std::ostringstream os;
-    os << "[" << op << "] Dimension out of range (expected to be in range of [" << -n << ", " << n - 1
-       << "], but got " << d << ")";
-    throw std::out_of_range(os.str());
-  }
-  return d < 0 ? d + n : d;
-}
-
 int64_t Tensor::size(int64_t d) const {
-  if (dim() == 0) wrap_dim_for(d, 0, "size");
-  return impl_->sizes[wrap_dim_for(d, dim(), "size")];
+  if (dim() == 0) op_detail::wrap_dim(d, 0, "size");
+  return impl_->sizes[op_detail::wrap_dim(d, dim(), "size")];
 }
 
 int64_t Tensor::stride(int64_t d) const {
-  if (dim() == 0) wrap_dim_for(d, 0, "stride");
-  return impl_->strides[wrap_dim_for(d, dim(), "stride")];
+  if (dim() == 0) op_detail::wrap_dim(d, 0, "stride");
+  return impl_->strides[op_detail::wrap_dim(d, dim(), "stride")];
 }
 
 Scalar Tensor::item() const {

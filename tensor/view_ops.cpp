@@ -5,24 +5,15 @@
 #include <stdexcept>
 
 #include "autograd.h"
+#include "op_helpers.h"
 #include "ops.h"
 
 namespace troupe {
 
 using autograd::variable_list;
+using op_detail::wrap_dim;
 
 namespace {
-
-int64_t wrap(int64_t d, int64_t ndim, const char* op) {
-  int64_t n = ndim <= 0 ? 1 : ndim;
-  if (d < -n || d >= n) {
-    std::ostringstream os;
-    os << "[" << op << "] Dimension out of range (expected to be in range of [" << -n << ", " << n - 1
-       << "], but got " << d << ")";
-    throw std::out_of_range(os.str());
-  }
-  return d < 0 ? d + n : d;
-}
 
 // A view of t's storage; its base is t's base (or t).
 Tensor make_view(const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
@@ -130,8 +121,8 @@ Tensor reshape(const Tensor& t, IntArrayRef sizes) {
 
 Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) {
   int64_t n = t.dim();
-  d0 = wrap(d0, n, "transpose");
-  d1 = wrap(d1, n, "transpose");
+  d0 = wrap_dim(d0, n, "transpose");
+  d1 = wrap_dim(d1, n, "transpose");
   if (n == 0) return make_view(t, {}, {}, t.storage_offset());
   auto sz = t.sizes().vec(), st = t.strides().vec();
   std::swap(sz[d0], sz[d1]);
@@ -159,7 +150,7 @@ Tensor permute(const Tensor& t, IntArrayRef dims) {
   std::vector<int64_t> sz(n), st(n), inv(n);
   std::vector<bool> seen(n, false);
   for (int64_t i = 0; i < n; ++i) {
-    int64_t d = wrap(dims[i], n, "permute");
+    int64_t d = wrap_dim(dims[i], n, "permute");
     if (seen[d]) throw std::invalid_argument("[permute] repeated dim " + std::to_string(d) + " in permute");
     seen[d] = true;
     sz[i] = t.sizes()[d];
@@ -186,7 +177,7 @@ Tensor squeeze(const Tensor& t) {
 }
 
 Tensor squeeze(const Tensor& t, int64_t d) {
-  d = wrap(d, t.dim(), "squeeze");
+  d = wrap_dim(d, t.dim(), "squeeze");
   if (t.dim() == 0 || t.sizes()[d] != 1) {
     Tensor out = make_view(t, t.sizes().vec(), t.strides().vec(), t.storage_offset());
     record_reshape_like("SqueezeBackward1", t, out);
@@ -201,7 +192,7 @@ Tensor squeeze(const Tensor& t, int64_t d) {
 }
 
 Tensor unsqueeze(const Tensor& t, int64_t d) {
-  d = wrap(d, t.dim() + 1, "unsqueeze");
+  d = wrap_dim(d, t.dim() + 1, "unsqueeze");
   auto sz = t.sizes().vec(), st = t.strides().vec();
   int64_t new_stride = d >= t.dim() ? 1 : sz[d] * st[d];
   sz.insert(sz.begin() + d, 1);
@@ -274,7 +265,7 @@ Tensor view_scatter_backward(const Tensor& g, std::vector<int64_t> in_sizes,
 
 Tensor slice(const Tensor& t, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
   if (t.dim() == 0) throw std::invalid_argument("[slice] slice() cannot be applied to a 0-dim tensor.");
-  d = wrap(d, t.dim(), "slice");
+  d = wrap_dim(d, t.dim(), "slice");
   if (step <= 0) throw std::invalid_argument("[slice] slice step must be positive, got " + std::to_string(step));
   int64_t n = t.sizes()[d];
   int64_t s = start.value_or(0), e = end.value_or(n);
@@ -299,7 +290,7 @@ Tensor slice(const Tensor& t, int64_t d, std::optional<int64_t> start, std::opti
 
 Tensor narrow(const Tensor& t, int64_t d, int64_t start, int64_t length) {
   if (t.dim() == 0) throw std::invalid_argument("[narrow] narrow() cannot be applied to a 0-dim tensor.");
-  d = wrap(d, t.dim(), "narrow");
+  d = wrap_dim(d, t.dim(), "narrow");
   int64_t n = t.sizes()[d];
   if (start < -n || start > n)
     throw std::out_of_range("[narrow] start (" + std::to_string(start) + ") is out of bounds for dimension " +
@@ -313,7 +304,7 @@ Tensor narrow(const Tensor& t, int64_t d, int64_t start, int64_t length) {
 
 Tensor select(const Tensor& t, int64_t d, int64_t index) {
   if (t.dim() == 0) throw std::invalid_argument("[select] select() cannot be applied to a 0-dim tensor.");
-  d = wrap(d, t.dim(), "select");
+  d = wrap_dim(d, t.dim(), "select");
   int64_t n = t.sizes()[d];
   if (index < -n || index >= n)
     throw std::out_of_range("[select] index " + std::to_string(index) + " is out of bounds for dimension " +
@@ -336,8 +327,8 @@ Tensor select(const Tensor& t, int64_t d, int64_t index) {
 
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
   if (t.dim() == 0) return t.reshape({1});
-  start_dim = wrap(start_dim, t.dim(), "flatten");
-  end_dim = wrap(end_dim, t.dim(), "flatten");
+  start_dim = wrap_dim(start_dim, t.dim(), "flatten");
+  end_dim = wrap_dim(end_dim, t.dim(), "flatten");
   if (start_dim > end_dim) throw std::invalid_argument("[flatten] flatten() has invalid args: start_dim cannot come after end_dim");
   if (start_dim == end_dim) return t;
   std::vector<int64_t> sz;
@@ -350,7 +341,7 @@ Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
 }
 
 Tensor unflatten(const Tensor& t, int64_t d, IntArrayRef sizes) {
-  d = wrap(d, t.dim(), "unflatten");
+  d = wrap_dim(d, t.dim(), "unflatten");
   auto inner = infer_size(sizes, t.sizes()[d], "unflatten");
   std::vector<int64_t> sz;
   for (int64_t i = 0; i < d; ++i) sz.push_back(t.sizes()[i]);
@@ -417,8 +408,8 @@ Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides, std::
 
 Tensor movedim(const Tensor& t, int64_t src, int64_t dst) {
   int64_t n = t.dim();
-  src = wrap(src, n, "movedim");
-  dst = wrap(dst, n, "movedim");
+  src = wrap_dim(src, n, "movedim");
+  dst = wrap_dim(dst, n, "movedim");
   std::vector<int64_t> order;
   for (int64_t i = 0; i < n; ++i)
     if (i != src) order.push_back(i);

@@ -16,9 +16,19 @@ struct CpuBackend final : Backend {
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
   // reduce_kernels.cpp
-  void reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+  void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
               int64_t inner) override;
   void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
+  // softmax_kernels.cpp (the loops are in softmax_kernels.h)
+  bool fuses(FusedKernel) const override { return true; }
+  void softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner, bool log) override;
+  void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t rows, int64_t r,
+                        bool log) override;
+  void logsumexp(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
+  void reverse_cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
+  void var_mean_rows(const Tensor& var, const Tensor& mean, const Tensor& in, int64_t rows, int64_t r,
+                     int64_t correction) override;
+  void norm2_rows(const Tensor& out, const Tensor& in, int64_t rows, int64_t r) override;
   // linalg_kernels.cpp
   void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) override;
   void im2col(const Tensor& col, const Tensor& im, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,

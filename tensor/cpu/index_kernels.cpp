@@ -1,4 +1,4 @@
-// CPU kernels for gather / scatter / index_select / index_add. The ops (join_index.cpp, indexing.cpp)
+// CPU kernels for gather / scatter / index_select / index_add. The ops (index_ops.cpp, indexing.cpp)
 // check shapes and dtypes; the kernels bounds-check every index (before writing anything) and do the
 // data movement. Index tensors are int64 and contiguous.
 //

@@ -413,16 +413,16 @@ void drive(const T* in, int64_t outer, int64_t r, int64_t inner, Write write) {
                               " cannot write " + dtype_name(out.dtype()) + " output");
 }
 
-const char* op_name(ReduceOp op) {
+const char* op_name(ReduceKind op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
-    case ReduceOp::All: return "all";
-    case ReduceOp::Any: return "any";
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Prod: return "prod";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+    case ReduceKind::ArgMax: return "argmax";
+    case ReduceKind::ArgMin: return "argmin";
+    case ReduceKind::All: return "all";
+    case ReduceKind::Any: return "any";
   }
   return "reduce";
 }
@@ -486,11 +486,11 @@ void check_geometry(const char* name, const Tensor& t, const char* what, int64_t
 
 }  // namespace
 
-void CpuBackend::reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
+void CpuBackend::reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
                         int64_t inner) {
   const char* name = op_name(op);
   check_geometry(name, in, "input", outer * r * inner);
-  const bool wants_idx = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  const bool wants_idx = op == ReduceKind::ArgMax || op == ReduceKind::ArgMin;
   if (out.defined()) check_geometry(name, out, "output", outer * inner);
   else if (!wants_idx)
     throw std::invalid_argument(std::string("[reduce] ") + name + ": the output is undefined");
@@ -506,12 +506,12 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& out, const Tensor& idx, const
     using T = decltype(tag);
     const T* ip = static_cast<const T*>(in.data_ptr());
     switch (op) {
-      case ReduceOp::Sum: run_value<SumR<T>>(name, out, in, ip, outer, r, inner); break;
-      case ReduceOp::Prod: run_value<ProdR<T>>(name, out, in, ip, outer, r, inner); break;
-      case ReduceOp::Max: case ReduceOp::ArgMax: run_extremum<true>(name, out, idx, in, ip, outer, r, inner); break;
-      case ReduceOp::Min: case ReduceOp::ArgMin: run_extremum<false>(name, out, idx, in, ip, outer, r, inner); break;
-      case ReduceOp::All: run_logical<true>(name, out, in, ip, outer, r, inner); break;
-      case ReduceOp::Any: run_logical<false>(name, out, in, ip, outer, r, inner); break;
+      case ReduceKind::Sum: run_value<SumR<T>>(name, out, in, ip, outer, r, inner); break;
+      case ReduceKind::Prod: run_value<ProdR<T>>(name, out, in, ip, outer, r, inner); break;
+      case ReduceKind::Max: case ReduceKind::ArgMax: run_extremum<true>(name, out, idx, in, ip, outer, r, inner); break;
+      case ReduceKind::Min: case ReduceKind::ArgMin: run_extremum<false>(name, out, idx, in, ip, outer, r, inner); break;
+      case ReduceKind::All: run_logical<true>(name, out, in, ip, outer, r, inner); break;
+      case ReduceKind::Any: run_logical<false>(name, out, in, ip, outer, r, inner); break;
     }
   });
 }

@@ -1,7 +1,8 @@
 // CPU loops of the reduction family that do not go through Backend::reduce: softmax / log_softmax (forward
 // and backward), logsumexp, the reverse cumulative sum (cumsum's backward) and fused row moments (var, mean,
-// sum of squares). Used by tensor/reduce.cpp on contiguous CPU tensors viewed as (outer, r, inner), with the
-// reduction along r. Also the explicitly vectorised helpers (exp, NaN-propagating max) the reduce kernels use.
+// sum of squares). Behind the CPU backend's fused reductions (softmax_kernels.cpp), on contiguous tensors
+// viewed as (outer, r, inner), with the reduction along r. Also the explicitly vectorised helpers (exp,
+// NaN-propagating max) the reduce kernels use.
 //
 // Vectorisation uses GCC/Clang vector extensions (4 floats / 2 doubles: plain SSE2 on x86-64, NEON on ARM),
 // so it needs no -march flag and no -ffast-math; NaN and infinity behave as in PyTorch 1.13.
