@@ -159,7 +159,8 @@ TEST(LibtorchSpelling, BatchNorm) {
   auto mean = torch::zeros({3}, x.options()), var = torch::ones({3}, x.options());
   auto w = torch::full({3}, 2.0, x.options()), b = torch::full({3}, 0.5, x.options());
   auto y = F::batch_norm(x, mean, var, F::BatchNormFuncOptions().weight(w).bias(b).training(true));
-  auto bm = x.mean({0, 2}, true), bv = x.var({0, 2}, false, true);
+  const std::vector<int64_t> nl{0, 2};  // a braced {0, 2} is ambiguous in libtorch (IntArrayRef or DimnameList)
+  auto bm = x.mean(nl, true), bv = x.var(nl, false, true);
   EXPECT_TRUE(close(y, (x - bm) / (bv + 1e-5).sqrt() * 2 + 0.5, 1e-6));
   EXPECT_TRUE(close(mean, bm.reshape({3}) * 0.1, 1e-12));  // running mean updated in place
   // eval: the running statistics (default options: training false)
@@ -185,6 +186,7 @@ TEST(LibtorchSpelling, SmoothL1Loss) {
   auto x = torch::tensor({0.0, 3.0}), y = torch::tensor({0.5, 0.0});
   // |d| = 0.5 < beta: 0.5 * 0.25 / 1; |d| = 3: 3 - 0.5
   EXPECT_TRUE(close(F::smooth_l1_loss(x, y, F::SmoothL1LossFuncOptions(torch::kNone)), torch::tensor({0.125, 2.5})));
+  // options.beta() takes effect, as in PyTorch 2.x (libtorch 1.13 ignored it for a separate `double beta`)
   EXPECT_TRUE(
       close(F::smooth_l1_loss(x, y, F::SmoothL1LossFuncOptions().beta(0.25)), torch::tensor({0.375, 2.875}).mean()));
 }
