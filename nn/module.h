@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -96,6 +97,9 @@ std::optional<Out> to_optional(R&& r) {
     return Out(std::forward<R>(r));
   }
 }
+/// The global hooks of one call and the state of its full backward hooks (nn/module_hooks.cpp).
+struct GlobalHookSnapshot;
+struct BackwardHookState;
 }  // namespace detail
 
 /// Base class for all neural network modules.
@@ -327,6 +331,16 @@ class Module : public std::enable_shared_from_this<Module> {
     bool always_call = false;
   };
   friend struct ModuleAccess;
+
+  // The steps of call(), in PyTorch's order (nn/module_hooks.cpp).
+  void run_forward_pre_hooks(const detail::GlobalHookSnapshot& global, Args& args, Kwargs& kwargs);
+  std::shared_ptr<detail::BackwardHookState> route_inputs_to_backward_hooks(const detail::GlobalHookSnapshot& global,
+                                                                            Args& args);
+  Value run_forward_with_hooks(const detail::GlobalHookSnapshot& global, const Args& args, const Kwargs& kwargs);
+  void run_always_call_hooks(const detail::GlobalHookSnapshot& global, const Args& args, const Kwargs& kwargs,
+                             Value& result, const std::set<int64_t>& called_always);
+  void route_outputs_to_backward_hooks(const std::shared_ptr<detail::BackwardHookState>& bw, Value& result);
+  void attach_legacy_backward_hooks(const Value& result);
 
   std::string name_override_;
   std::vector<Hook<ForwardPreHookWithKwargs>> forward_pre_hooks_;

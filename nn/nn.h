@@ -1,4 +1,4 @@
-// troupe::nn umbrella: the Module tree, containers, layers, losses, functional, init, checkpoints.
+// troupe::nn umbrella: the Module tree, containers, layers, losses, their options, functional, init, checkpoints.
 #pragma once
 
 #include <troupe/nn/cloneable.h>
@@ -15,6 +15,7 @@
 #include <troupe/nn/modules/loss.h>
 #include <troupe/nn/modules/normalization.h>
 #include <troupe/nn/modules/pooling.h>
+#include <troupe/nn/options.h>
 #include <troupe/nn/registry.h>
 #include <troupe/nn/safetensors.h>
 #include <troupe/nn/serialize.h>

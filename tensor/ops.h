@@ -174,6 +174,19 @@ Tensor var(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool 
 Tensor std(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
 /// (var, mean) in one call.
 std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
+// As in libtorch, a bool second argument is `unbiased` over all dims and an int one is a dim: var(x, true)
+// reduces everything, var(x, 1) and var(x, {1}) reduce dim 1 (without these, true would convert to dims {1}).
+inline Tensor var(const Tensor& x, bool unbiased) { return var(x, {}, unbiased ? 1 : 0); }
+inline Tensor var(const Tensor& x, int dim) { return var(x, IntArrayRef{static_cast<int64_t>(dim)}); }
+inline Tensor var(const Tensor& x, int64_t dim) { return var(x, IntArrayRef{dim}); }
+inline Tensor std(const Tensor& x, bool unbiased) { return std(x, {}, unbiased ? 1 : 0); }
+inline Tensor std(const Tensor& x, int dim) { return std(x, IntArrayRef{static_cast<int64_t>(dim)}); }
+inline Tensor std(const Tensor& x, int64_t dim) { return std(x, IntArrayRef{dim}); }
+inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, bool unbiased) { return var_mean(x, {}, unbiased ? 1 : 0); }
+inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, int dim) {
+  return var_mean(x, IntArrayRef{static_cast<int64_t>(dim)});
+}
+inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, int64_t dim) { return var_mean(x, IntArrayRef{dim}); }
 Tensor prod(const Tensor& x);
 Tensor prod(const Tensor& x, int64_t d, bool keepdim = false);
 Tensor max(const Tensor& x);

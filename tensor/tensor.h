@@ -259,9 +259,15 @@ class Tensor {
   Tensor sum(IntArrayRef dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt) const;
   Tensor mean() const;
   Tensor mean(IntArrayRef dims, bool keepdim = false) const;
+  // var / std overloads resolve as libtorch's: x.var(1) and x.var({1}) reduce dim 1 (the int overload,
+  // libtorch's gh-40287 fix; int64_t too), x.var(true) / x.var(false) reduce everything.
   Tensor var(bool unbiased = true) const;
+  Tensor var(int dim) const;
+  Tensor var(int64_t dim) const;
   Tensor var(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
   Tensor std(bool unbiased = true) const;
+  Tensor std(int dim) const;
+  Tensor std(int64_t dim) const;
   Tensor std(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
   Tensor prod() const;
   Tensor prod(int64_t d, bool keepdim = false) const;
@@ -278,8 +284,11 @@ class Tensor {
   Tensor log_softmax(int64_t d) const;
   Tensor cumsum(int64_t d) const;
   Tensor all() const;
+  Tensor all(int64_t d, bool keepdim = false) const;
   Tensor any() const;
+  Tensor any(int64_t d, bool keepdim = false) const;
   Tensor norm(double p = 2) const;
+  Tensor norm(double p, IntArrayRef dims, bool keepdim = false) const;
 
   // ---- linear algebra
   Tensor matmul(const Tensor& o) const;

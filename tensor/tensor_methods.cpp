@@ -103,8 +103,12 @@ Tensor Tensor::sum(IntArrayRef dims, bool k, std::optional<ScalarType> d) const 
 Tensor Tensor::mean() const { return troupe::mean(*this); }
 Tensor Tensor::mean(IntArrayRef dims, bool k) const { return troupe::mean(*this, dims, k); }
 Tensor Tensor::var(bool u) const { return troupe::var(*this, {}, u ? 1 : 0, false); }
+Tensor Tensor::var(int d) const { return troupe::var(*this, d); }
+Tensor Tensor::var(int64_t d) const { return troupe::var(*this, d); }
 Tensor Tensor::var(IntArrayRef dims, bool u, bool k) const { return troupe::var(*this, dims, u ? 1 : 0, k); }
 Tensor Tensor::std(bool u) const { return troupe::std(*this, {}, u ? 1 : 0, false); }
+Tensor Tensor::std(int d) const { return troupe::std(*this, d); }
+Tensor Tensor::std(int64_t d) const { return troupe::std(*this, d); }
 Tensor Tensor::std(IntArrayRef dims, bool u, bool k) const { return troupe::std(*this, dims, u ? 1 : 0, k); }
 Tensor Tensor::prod() const { return troupe::prod(*this); }
 Tensor Tensor::prod(int64_t d, bool k) const { return troupe::prod(*this, d, k); }
@@ -121,8 +125,11 @@ Tensor Tensor::softmax(int64_t d) const { return troupe::softmax(*this, d); }
 Tensor Tensor::log_softmax(int64_t d) const { return troupe::log_softmax(*this, d); }
 Tensor Tensor::cumsum(int64_t d) const { return troupe::cumsum(*this, d); }
 Tensor Tensor::all() const { return troupe::all(*this); }
+Tensor Tensor::all(int64_t d, bool k) const { return troupe::all(*this, d, k); }
 Tensor Tensor::any() const { return troupe::any(*this); }
+Tensor Tensor::any(int64_t d, bool k) const { return troupe::any(*this, d, k); }
 Tensor Tensor::norm(double p) const { return troupe::norm(*this, p); }
+Tensor Tensor::norm(double p, IntArrayRef dims, bool k) const { return troupe::norm(*this, p, dims, k); }
 
 Tensor Tensor::matmul(const Tensor& o) const { return troupe::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return troupe::mm(*this, o); }

@@ -36,8 +36,8 @@ int64_t softmax_dim(const char* name, const Tensor& input, std::optional<int64_t
 
 }  // namespace
 
-Tensor relu(const Tensor& input, bool inplace) {
-  if (inplace) {
+Tensor relu(const Tensor& input, const ReLUFuncOptions& options) {
+  if (options.inplace()) {
     Tensor self = input;
     self.relu_();
     return self;
@@ -45,21 +45,23 @@ Tensor relu(const Tensor& input, bool inplace) {
   return troupe::relu(input);
 }
 
-Tensor leaky_relu(const Tensor& input, double negative_slope, bool inplace) {
-  if (inplace)
+Tensor leaky_relu(const Tensor& input, const LeakyReLUFuncOptions& options) {
+  const double negative_slope = options.negative_slope();
+  if (options.inplace())
     return inplace_unary(input, [negative_slope](const Tensor& x) { return troupe::leaky_relu(x, negative_slope); });
   return troupe::leaky_relu(input, negative_slope);
 }
 
-Tensor elu(const Tensor& input, double alpha, bool inplace) {
-  if (inplace) return inplace_unary(input, [alpha](const Tensor& x) { return troupe::elu(x, alpha); });
+Tensor elu(const Tensor& input, const ELUFuncOptions& options) {
+  const double alpha = options.alpha();
+  if (options.inplace()) return inplace_unary(input, [alpha](const Tensor& x) { return troupe::elu(x, alpha); });
   return troupe::elu(input, alpha);
 }
 
-Tensor gelu(const Tensor& input, const std::string& approximate) { return troupe::gelu(input, approximate); }
+Tensor gelu(const Tensor& input, const GELUFuncOptions& options) { return troupe::gelu(input, options.approximate()); }
 
-Tensor silu(const Tensor& input, bool inplace) {
-  if (inplace) return inplace_unary(input, [](const Tensor& x) { return troupe::silu(x); });
+Tensor silu(const Tensor& input, const SiLUFuncOptions& options) {
+  if (options.inplace()) return inplace_unary(input, [](const Tensor& x) { return troupe::silu(x); });
   return troupe::silu(input);
 }
 
@@ -67,12 +69,12 @@ Tensor tanh(const Tensor& input) { return troupe::tanh(input); }
 
 Tensor sigmoid(const Tensor& input) { return troupe::sigmoid(input); }
 
-Tensor softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype) {
-  return troupe::softmax(input, softmax_dim("softmax", input, dim), dtype);
+Tensor softmax(const Tensor& input, const SoftmaxFuncOptions& options) {
+  return troupe::softmax(input, softmax_dim("softmax", input, options.dim()), options.dtype());
 }
 
-Tensor log_softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype) {
-  return troupe::log_softmax(input, softmax_dim("log_softmax", input, dim), dtype);
+Tensor log_softmax(const Tensor& input, const LogSoftmaxFuncOptions& options) {
+  return troupe::log_softmax(input, softmax_dim("log_softmax", input, options.dim()), options.dtype());
 }
 
 }  // namespace troupe::nn::functional

@@ -1,33 +1,30 @@
-// nn::functional activations (torch.nn.functional.relu, gelu, softmax, ...), with Python's argument
-// names and defaults. `inplace` overwrites the input and returns it.
+// nn::functional activations (torch.nn.functional.relu, gelu, softmax, ...) with libtorch's signatures:
+// each takes its options struct (nn/options/activation.h). `inplace` overwrites the input and returns it.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-
+#include <troupe/nn/options/activation.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::nn::functional {
 
 /// max(0, x).
-Tensor relu(const Tensor& input, bool inplace = false);
+Tensor relu(const Tensor& input, const ReLUFuncOptions& options = {});
 /// x for x >= 0, negative_slope * x otherwise.
-Tensor leaky_relu(const Tensor& input, double negative_slope = 0.01, bool inplace = false);
+Tensor leaky_relu(const Tensor& input, const LeakyReLUFuncOptions& options = {});
 /// x for x > 0, alpha * (exp(x) - 1) otherwise.
-Tensor elu(const Tensor& input, double alpha = 1.0, bool inplace = false);
+Tensor elu(const Tensor& input, const ELUFuncOptions& options = {});
 /// x * Phi(x); approximate is "none" (erf) or "tanh".
-Tensor gelu(const Tensor& input, const std::string& approximate = "none");
+Tensor gelu(const Tensor& input, const GELUFuncOptions& options = {});
 /// x * sigmoid(x).
-Tensor silu(const Tensor& input, bool inplace = false);
+Tensor silu(const Tensor& input, const SiLUFuncOptions& options = {});
 /// tanh(x).
 Tensor tanh(const Tensor& input);
 /// 1 / (1 + exp(-x)).
 Tensor sigmoid(const Tensor& input);
-/// exp(x) / sum(exp(x)) along dim; dim nullopt picks PyTorch's legacy choice (0 for 0-, 1- and
-/// 3-D inputs, else 1) with its deprecation warning; dtype casts the input first.
-Tensor softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype = std::nullopt);
+/// exp(x) / sum(exp(x)) along options.dim(); dim nullopt picks PyTorch's legacy choice (0 for 0-, 1- and
+/// 3-D inputs, else 1) with its deprecation warning; options.dtype() casts the input first.
+Tensor softmax(const Tensor& input, const SoftmaxFuncOptions& options);
 /// log(softmax(x)) along dim, computed stably; dim and dtype as for softmax.
-Tensor log_softmax(const Tensor& input, std::optional<int64_t> dim, std::optional<ScalarType> dtype = std::nullopt);
+Tensor log_softmax(const Tensor& input, const LogSoftmaxFuncOptions& options);
 
 }  // namespace troupe::nn::functional

@@ -33,7 +33,10 @@ Tensor pad_index(int64_t n, int64_t left, int64_t right, const std::string& mode
 
 }  // namespace
 
-Tensor pad(const Tensor& input, IntArrayRef pad, const std::string& mode, double value) {
+Tensor pad(const Tensor& input, const PadFuncOptions& options) {
+  const IntArrayRef pad = options.pad();
+  const std::string& mode = options.mode();
+  const double value = options.value();
   if (!input.defined()) throw std::invalid_argument("[pad] got an undefined tensor");
   if (pad.size() % 2 != 0) throw std::invalid_argument("Padding length must be divisible by 2");
   const int64_t npairs = static_cast<int64_t>(pad.size() / 2);
@@ -105,8 +108,11 @@ Tensor pad(const Tensor& input, IntArrayRef pad, const std::string& mode, double
   return out;
 }
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride,
-              const Conv2dPadding& padding, IntArrayRef dilation, int64_t groups) {
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Conv2dFuncOptions& options) {
+  const Tensor& bias = options.bias();
+  const IntArrayRef stride = options.stride(), dilation = options.dilation();
+  const Conv2dPadding& padding = options.padding();
+  const int64_t groups = options.groups();
   if (!padding.is_string())
     return troupe::conv2d(input, weight, bias, stride, padding.ints().ref(), dilation, groups);
   if (padding.mode() == "valid") return troupe::conv2d(input, weight, bias, stride, 0, dilation, groups);
@@ -129,7 +135,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
     symmetric = symmetric && left[i] == right[i];
   }
   if (symmetric) return troupe::conv2d(input, weight, bias, stride, {left[0], left[1]}, dilation, groups);
-  Tensor padded = pad(input, {0, right[1] - left[1], 0, right[0] - left[0]});
+  Tensor padded = pad(input, PadFuncOptions({0, right[1] - left[1], 0, right[0] - left[0]}));
   return troupe::conv2d(padded, weight, bias, stride, {left[0], left[1]}, dilation, groups);
 }
 

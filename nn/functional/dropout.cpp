@@ -10,11 +10,13 @@
 
 namespace troupe::nn::functional {
 
-Tensor dropout(const Tensor& input, double p, bool training, bool inplace) {
+Tensor dropout(const Tensor& input, const DropoutFuncOptions& options) {
+  const double p = options.p();
+  const bool inplace = options.inplace();
   if (p < 0.0 || p > 1.0 || p != p)
     throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + util::py_float(p));
   if (!input.defined()) throw std::invalid_argument("[dropout] got an undefined tensor");
-  if (p == 0 || !training || input.numel() == 0) return input;
+  if (p == 0 || !options.training() || input.numel() == 0) return input;
   Tensor self = input;
   if (p == 1) {
     Tensor zero = zeros({}, input.options());

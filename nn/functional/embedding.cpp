@@ -61,8 +61,11 @@ void embedding_renorm_(const Tensor& weight, const std::vector<int64_t>& idx, do
 }  // namespace
 
 // input (*) int, weight (N, D) -> (*, D)
-Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx,
-                 std::optional<double> max_norm, double norm_type, bool scale_grad_by_freq, bool sparse) {
+Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& options) {
+  const std::optional<int64_t> padding_idx = options.padding_idx();
+  const std::optional<double> max_norm = options.max_norm();
+  const double norm_type = options.norm_type();
+  const bool scale_grad_by_freq = options.scale_grad_by_freq(), sparse = options.sparse();
   if (!input.defined() || !weight.defined()) throw std::invalid_argument("[embedding] got an undefined tensor");
   if (sparse)
     throw std::invalid_argument("[embedding] sparse=True is not supported: troupe has no sparse gradients "

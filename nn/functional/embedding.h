@@ -1,9 +1,8 @@
-// nn::functional embedding (torch.nn.functional.embedding).
+// nn::functional embedding (torch.nn.functional.embedding) with libtorch's signature: EmbeddingFuncOptions
+// (nn/options/embedding.h).
 #pragma once
 
-#include <cstdint>
-#include <optional>
-
+#include <troupe/nn/options/embedding.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::nn::functional {
@@ -12,8 +11,6 @@ namespace troupe::nn::functional {
 /// (*, embedding_dim). padding_idx's row gets no gradient; max_norm renormalises (in place, without
 /// history) each looked-up row whose norm_type-norm exceeds it; scale_grad_by_freq divides each
 /// row's gradient by the number of times it occurs in input. sparse=true is not supported.
-Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
-                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0,
-                 bool scale_grad_by_freq = false, bool sparse = false);
+Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& options = {});
 
 }  // namespace troupe::nn::functional

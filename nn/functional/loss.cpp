@@ -180,24 +180,28 @@ Tensor nll_impl(const Tensor& input, const Tensor& target, const TargetInfo& ti,
 
 // ---------------------------------------------------------------- regression losses
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return apply_reduction((input - target).square(), reduction);
+Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options) {
+  return apply_reduction((input - target).square(), options.reduction());
 }
 
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  return apply_reduction((input - target).abs(), reduction);
+Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options) {
+  return apply_reduction((input - target).abs(), options.reduction());
 }
 
-Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options) {
+  const double beta = options.beta();
+  const Reduction reduction = options.reduction();
   if (beta < 0) throw std::runtime_error("smooth_l1_loss does not support negative values for beta.");
   // beta = 0 must not reach the quadratic branch (0/0 there would poison the gradient through where)
-  if (beta == 0) return l1_loss(input, target, reduction);
+  if (beta == 0) return l1_loss(input, target, L1LossFuncOptions(reduction));
   Tensor z = (input - target).abs();
   Tensor loss = where(z.lt(beta), z * 0.5 * z / beta, z - 0.5 * beta);
   return apply_reduction(loss, reduction);
 }
 
-Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberLossFuncOptions& options) {
+  const double delta = options.delta();
+  const Reduction reduction = options.reduction();
   if (!(delta > 0)) throw std::runtime_error("huber_loss does not support non-positive values for delta.");
   Tensor z = (input - target).abs();
   Tensor loss = where(z.lt(delta), z * 0.5 * z, (z - 0.5 * delta) * delta);
@@ -206,16 +210,20 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 
 // ---------------------------------------------------------------- classification losses
 
-Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
-                Reduction reduction) {
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& options) {
+  const Tensor& weight = options.weight();
+  const int64_t ignore_index = options.ignore_index();
   check_nll_shapes(input, target, weight);
   const int64_t n_classes = input.dim() == 1 ? input.size(0) : input.size(1);
   check_targets_in_range(target, n_classes, ignore_index);
-  return nll_impl(input, target, target_info(input, target, weight, ignore_index), reduction);
+  return nll_impl(input, target, target_info(input, target, weight, ignore_index), options.reduction());
 }
 
-Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, int64_t ignore_index,
-                     Reduction reduction, double label_smoothing) {
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& options) {
+  const Tensor& weight = options.weight();
+  const int64_t ignore_index = options.ignore_index();
+  const Reduction reduction = options.reduction();
+  const double label_smoothing = options.label_smoothing();
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   if (input.sizes() == target.sizes()) {
     // class probabilities
@@ -272,7 +280,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
 
 // ---------------------------------------------------------------- binary losses
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BinaryCrossEntropyFuncOptions& options) {
+  const Tensor& weight = options.weight();
   if (input.sizes() != target.sizes())
     throw std::invalid_argument("Using a target size (" + torch_size_str(target.sizes()) +
                                 ") that is different to the input size (" + torch_size_str(input.sizes()) +
@@ -304,11 +313,13 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
         if (rt) gt = gw * (x.neg().add(1).log() - x.log());
         return autograd::variable_list{gx, gt};
       });
-  return apply_reduction(loss, reduction);
+  return apply_reduction(loss, options.reduction());
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
-                                        const Tensor& pos_weight, Reduction reduction) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BinaryCrossEntropyWithLogitsFuncOptions& options) {
+  const Tensor& weight = options.weight();
+  const Tensor& pos_weight = options.pos_weight();
   if (input.sizes() != target.sizes())
     throw std::invalid_argument("Target size (" + torch_size_str(target.sizes()) +
                                 ") must be the same as input size (" + torch_size_str(input.sizes()) + ")");
@@ -324,7 +335,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     loss = target.neg().add(1) * input + softplus_neg;
   }
   if (weight.defined()) loss = loss * weight;
-  return apply_reduction(loss, reduction);
+  return apply_reduction(loss, options.reduction());
 }
 
 }  // namespace functional

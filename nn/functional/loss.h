@@ -3,35 +3,13 @@
 // backward) comes from autograd, except binary_cross_entropy, whose backward is PyTorch's formula.
 //
 //   namespace F = troupe::nn::functional;
-//   Tensor loss = F::cross_entropy(logits, labels, {}, -100, "mean", 0.1);
+//   Tensor loss = F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(0.1));
 #pragma once
 
-#include <cstdint>
-#include <string>
-
+#include <troupe/nn/options/loss.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::nn {
-
-/// How a loss reduces its elementwise values: "none", "mean" or "sum". Converts from a Reduction::Kind
-/// (`Reduction::Sum`) or from PyTorch's strings; any other string throws std::invalid_argument
-/// "<s> is not a valid value for reduction" ("elementwise_mean" is accepted as "mean", as in PyTorch).
-class Reduction {
- public:
-  enum Kind { None, Mean, Sum };
-  Reduction(Kind kind = Mean) : kind_(kind) {}
-  Reduction(const std::string& s);
-  Reduction(const char* s) : Reduction(std::string(s)) {}
-
-  Kind kind() const { return kind_; }
-  /// PyTorch's name: "none", "mean" or "sum".
-  std::string str() const;
-  friend bool operator==(Reduction a, Reduction b) { return a.kind_ == b.kind_; }
-  friend bool operator!=(Reduction a, Reduction b) { return a.kind_ != b.kind_; }
-
- private:
-  Kind kind_;
-};
 
 namespace functional {
 
@@ -40,17 +18,15 @@ namespace functional {
 // (3, 3) loss before reduction. Shapes that do not broadcast throw as every broadcasting op does.
 
 /// (input - target)^2, reduced.
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options = {});
 /// |input - target|, reduced (its gradient at input == target is 0).
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options = {});
 /// 0.5 * d^2 / beta where |d| < beta, else |d| - 0.5 * beta (d = input - target); beta = 0 is l1_loss.
 /// Negative beta throws "smooth_l1_loss does not support negative values for beta.".
-Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
-                      double beta = 1.0);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options = {});
 /// 0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta). delta <= 0 throws
 /// "huber_loss does not support non-positive values for delta.".
-Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
-                  double delta = 1.0);
+Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberLossFuncOptions& options = {});
 
 // Classification losses. Shapes: input (C), (N, C) or (N, C, d1, ..., dK); class-index targets
 // (int64) of shape (), (N) or (N, d1, ..., dK); `weight` (C) rescales each class (undefined = all 1).
@@ -60,8 +36,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 /// of weight[t] over the other targets (all ignored: nan, with zero gradients). reduction "none"
 /// returns the target's shape. Errors as PyTorch: "Expected input batch_size (3) to match target
 /// batch_size (4).", "Target 5 is out of bounds.", "expected scalar type Long but found Float", ...
-Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
-                int64_t ignore_index = -100, Reduction reduction = Reduction::Mean);
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& options = {});
 
 /// Cross entropy of unnormalised logits `input` (log_softmax over the class dim, then nll_loss).
 /// A target with the input's shape holds class probabilities (floating; ignore_index must stay
@@ -69,22 +44,20 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight 
 /// label_smoothing in [0, 1] mixes the target with the uniform distribution over the C classes (with
 /// class indices, as PyTorch: (1 - ls) * nll + ls / C * smoothing term, the term's mean divided by the
 /// weights of the non-ignored targets).
-Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
-                     int64_t ignore_index = -100, Reduction reduction = Reduction::Mean,
-                     double label_smoothing = 0.0);
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& options = {});
 
 /// -weight * (t * log(x) + (1 - t) * log(1 - x)) for probabilities x in [0, 1], each log clamped at
 /// -100; `weight` broadcasts to the target's shape. Input and target must have the same shape.
 /// The backward is PyTorch's: weight * (x - t) / max(x * (1 - x), 1e-12) (finite at x = 0 or 1) for
 /// the input, weight * (log(1 - x) - log(x)) for the target; the weight gets no gradient.
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
-                            Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            const BinaryCrossEntropyFuncOptions& options = {});
 
 /// binary_cross_entropy(sigmoid(input), target, weight) in the stable form
 /// (1 - t) * x + lw * (log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0), lw = (pos_weight - 1) * t + 1;
 /// pos_weight (broadcast against the last dim, usually (C)) weighs the positive term.
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
-                                        const Tensor& pos_weight = Tensor(), Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BinaryCrossEntropyWithLogitsFuncOptions& options = {});
 
 }  // namespace functional
 }  // namespace troupe::nn

@@ -10,8 +10,10 @@
 
 namespace troupe::nn::functional {
 
-Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps) {
+Tensor layer_norm(const Tensor& input, const LayerNormFuncOptions& options) {
+  const IntArrayRef normalized_shape = options.normalized_shape();
+  const Tensor &weight = options.weight(), &bias = options.bias();
+  const double eps = options.eps();
   if (!input.defined()) throw std::invalid_argument("[layer_norm] got an undefined tensor");
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   if (k < 1)
@@ -53,8 +55,11 @@ void check_channels(const char* name, int64_t expected, const Tensor& t) {
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const BatchNormFuncOptions& options) {
+  const Tensor &weight = options.weight(), &bias = options.bias();
+  const bool training = options.training();
+  const double eps = options.eps();
   if (!input.defined()) throw std::invalid_argument("[batch_norm] got an undefined tensor");
   if (input.dim() < 2)
     throw std::invalid_argument("[batch_norm] expected an input of shape (N, C, *) with at least 2 dims, got shape " +
@@ -91,6 +96,9 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     mean = m;
     invstd = rsqrt(var + eps);
     if (running_mean.defined() || running_var.defined()) {
+      if (!options.momentum())
+        throw std::invalid_argument("[batch_norm] momentum is nullopt: give a value to update the running statistics");
+      const double momentum = *options.momentum();
       NoGradGuard no_grad;
       const int64_t n = input.numel() / C;
       if (running_mean.defined()) {

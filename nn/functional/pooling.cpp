@@ -5,19 +5,17 @@
 
 namespace troupe::nn::functional {
 
-Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                  IntArrayRef dilation, bool ceil_mode) {
-  return troupe::max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode);
+Tensor max_pool2d(const Tensor& input, const MaxPool2dFuncOptions& o) {
+  return troupe::max_pool2d(input, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
 }
 
-std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride,
-                                                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
-  return troupe::max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode);
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const MaxPool2dFuncOptions& o) {
+  return troupe::max_pool2d_with_indices(input, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
 }
 
-Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
-  return troupe::avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+Tensor avg_pool2d(const Tensor& input, const AvgPool2dFuncOptions& o) {
+  return troupe::avg_pool2d(input, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad(),
+                            o.divisor_override());
 }
 
 }  // namespace troupe::nn::functional

@@ -8,15 +8,10 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/activation.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of ReLU.
-struct ReLUOptions {
-  ReLUOptions(bool inplace = false) : inplace_(inplace) {}
-  TROUPE_ARG(bool, inplace);
-};
 
 /// max(0, x).
 class ReLU : public Cloneable<ReLU> {
@@ -28,12 +23,6 @@ class ReLU : public Cloneable<ReLU> {
   std::string extra_repr() const override;
   std::string name() const override { return "ReLU"; }
   ReLUOptions options;
-};
-
-/// Options of LeakyReLU.
-struct LeakyReLUOptions {
-  TROUPE_ARG(double, negative_slope) = 1e-2;
-  TROUPE_ARG(bool, inplace) = false;
 };
 
 /// x for x >= 0, negative_slope * x otherwise.
@@ -50,12 +39,6 @@ class LeakyReLU : public Cloneable<LeakyReLU> {
   LeakyReLUOptions options;
 };
 
-/// Options of ELU.
-struct ELUOptions {
-  TROUPE_ARG(double, alpha) = 1.0;
-  TROUPE_ARG(bool, inplace) = false;
-};
-
 /// x for x > 0, alpha * (exp(x) - 1) otherwise.
 class ELU : public Cloneable<ELU> {
  public:
@@ -69,13 +52,6 @@ class ELU : public Cloneable<ELU> {
   ELUOptions options;
 };
 
-/// Options of GELU ("none": exact erf form; "tanh": the tanh approximation).
-struct GELUOptions {
-  GELUOptions(std::string approximate = "none") : approximate_(std::move(approximate)) {}
-  GELUOptions(const char* approximate) : approximate_(approximate) {}
-  TROUPE_ARG(std::string, approximate);
-};
-
 /// x * Phi(x).
 class GELU : public Cloneable<GELU> {
  public:
@@ -86,12 +62,6 @@ class GELU : public Cloneable<GELU> {
   std::string extra_repr() const override;
   std::string name() const override { return "GELU"; }
   GELUOptions options;
-};
-
-/// Options of SiLU.
-struct SiLUOptions {
-  SiLUOptions(bool inplace = false) : inplace_(inplace) {}
-  TROUPE_ARG(bool, inplace);
 };
 
 /// x * sigmoid(x).
@@ -124,14 +94,6 @@ class Sigmoid : public Cloneable<Sigmoid> {
   std::string name() const override { return "Sigmoid"; }
 };
 
-/// Options of Softmax (dim nullopt: PyTorch's deprecated implicit choice, see F::softmax).
-struct SoftmaxOptions {
-  SoftmaxOptions(std::optional<int64_t> dim = std::nullopt) : dim_(dim) {}
-  SoftmaxOptions(int64_t dim) : dim_(dim) {}
-  SoftmaxOptions(int dim) : dim_(dim) {}
-  TROUPE_ARG(std::optional<int64_t>, dim);
-};
-
 /// exp(x) / sum(exp(x)) along dim.
 class Softmax : public Cloneable<Softmax> {
  public:
@@ -142,14 +104,6 @@ class Softmax : public Cloneable<Softmax> {
   std::string extra_repr() const override;
   std::string name() const override { return "Softmax"; }
   SoftmaxOptions options;
-};
-
-/// Options of LogSoftmax (dim as for Softmax).
-struct LogSoftmaxOptions {
-  LogSoftmaxOptions(std::optional<int64_t> dim = std::nullopt) : dim_(dim) {}
-  LogSoftmaxOptions(int64_t dim) : dim_(dim) {}
-  LogSoftmaxOptions(int dim) : dim_(dim) {}
-  TROUPE_ARG(std::optional<int64_t>, dim);
 };
 
 /// log(softmax(x)) along dim.

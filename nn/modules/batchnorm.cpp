@@ -70,8 +70,9 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   // batch statistics in training, and in eval when there are no running statistics
   const bool bn_training = is_training() || (!running_mean.defined() && !running_var.defined());
   const bool pass_stats = !is_training() || o.track_running_stats();
-  return functional::batch_norm(input, pass_stats ? running_mean : Tensor(), pass_stats ? running_var : Tensor(),
-                                weight, bias, bn_training, factor, o.eps());
+  return functional::batch_norm(
+      input, pass_stats ? running_mean : Tensor(), pass_stats ? running_var : Tensor(),
+      functional::BatchNormFuncOptions().weight(weight).bias(bias).training(bn_training).momentum(factor).eps(o.eps()));
 }
 
 std::string BatchNormBase::extra_repr() const {

@@ -8,26 +8,10 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/batchnorm.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of the BatchNorm layers: `BatchNormOptions(16).momentum(std::nullopt)`.
-struct BatchNormOptions {
-  BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
-  TROUPE_ARG(int64_t, num_features);
-  TROUPE_ARG(double, eps) = 1e-5;
-  /// Weight of the batch statistics in the running averages; nullopt: the cumulative moving average
-  /// (factor 1 / num_batches_tracked).
-  TROUPE_ARG(std::optional<double>, momentum) = 0.1;
-  /// Learnable weight (ones) and bias (zeros) of num_features elements.
-  TROUPE_ARG(bool, affine) = true;
-  /// Keep running_mean / running_var / num_batches_tracked (else they are None and batch statistics are
-  /// used in eval mode too).
-  TROUPE_ARG(bool, track_running_stats) = true;
-  TROUPE_ARG(Device, device) = Device(kCPU);
-  TROUPE_ARG(std::optional<ScalarType>, dtype);
-};
 
 /// What BatchNorm1d and BatchNorm2d share (PyTorch's _BatchNorm); they differ in the input dims accepted.
 class BatchNormBase : public Module {

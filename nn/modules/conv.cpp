@@ -81,10 +81,13 @@ void Conv2d::reset_parameters() {
 
 Tensor Conv2d::forward(const Tensor& input) {
   const auto& o = options;
-  if (o.padding_mode() != "zeros")
-    return functional::conv2d(functional::pad(input, reversed_padding_repeated_twice_, o.padding_mode()), weight,
-                              bias, o.stride(), 0, o.dilation(), o.groups());
-  return functional::conv2d(input, weight, bias, o.stride(), o.padding(), o.dilation(), o.groups());
+  auto conv = functional::Conv2dFuncOptions().bias(bias).stride(o.stride()).dilation(o.dilation()).groups(o.groups());
+  if (o.padding_mode() != "zeros") {
+    const std::vector<int64_t> pad(reversed_padding_repeated_twice_.begin(), reversed_padding_repeated_twice_.end());
+    return functional::conv2d(functional::pad(input, functional::PadFuncOptions(pad).mode(o.padding_mode())), weight,
+                              conv.padding(0));
+  }
+  return functional::conv2d(input, weight, conv.padding(o.padding()));
 }
 
 std::string Conv2d::extra_repr() const {

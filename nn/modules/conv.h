@@ -8,30 +8,12 @@
 
 #include <troupe/util/expanding_array.h>
 #include <troupe/nn/functional/conv.h>
+#include <troupe/nn/options/conv.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of Conv2d: `Conv2dOptions(3, 16, 3).stride(2).padding(1).bias(false)`.
-struct Conv2dOptions {
-  Conv2dOptions(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size)
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  TROUPE_ARG(int64_t, in_channels);
-  TROUPE_ARG(int64_t, out_channels);
-  TROUPE_ARG(ExpandingArray<2>, kernel_size);
-  TROUPE_ARG(ExpandingArray<2>, stride) = 1;
-  /// ints, or "valid" / "same" (stride 1 only).
-  TROUPE_ARG(Conv2dPadding, padding) = 0;
-  TROUPE_ARG(ExpandingArray<2>, dilation) = 1;
-  TROUPE_ARG(int64_t, groups) = 1;
-  TROUPE_ARG(bool, bias) = true;
-  /// "zeros", "reflect", "replicate" or "circular".
-  TROUPE_ARG(std::string, padding_mode) = "zeros";
-  TROUPE_ARG(Device, device) = Device(kCPU);
-  TROUPE_ARG(std::optional<ScalarType>, dtype);
-};
 
 /// Applies a 2-D convolution over (N, C_in, H, W) or (C_in, H, W) input.
 class Conv2d : public Cloneable<Conv2d> {

@@ -15,7 +15,8 @@ Dropout::Dropout(const DropoutOptions& options_) : options(options_) {
 }
 
 Tensor Dropout::forward(const Tensor& input) {
-  return functional::dropout(input, options.p(), is_training(), options.inplace());
+  return functional::dropout(
+      input, functional::DropoutFuncOptions().p(options.p()).training(is_training()).inplace(options.inplace()));
 }
 
 std::string Dropout::extra_repr() const {

@@ -5,16 +5,10 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/dropout.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of Dropout (p = 0.5, inplace = false).
-struct DropoutOptions {
-  DropoutOptions(double p = 0.5) : p_(p) {}
-  TROUPE_ARG(double, p);
-  TROUPE_ARG(bool, inplace) = false;
-};
 
 /// In training mode zeroes each element with probability p and scales the rest by 1 / (1 - p);
 /// the identity in eval mode.

@@ -71,8 +71,13 @@ std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, 
 }
 
 Tensor Embedding::forward(const Tensor& input) {
-  return functional::embedding(input, weight, options.padding_idx(), options.max_norm(), options.norm_type(),
-                               options.scale_grad_by_freq(), options.sparse());
+  return functional::embedding(input, weight,
+                               functional::EmbeddingFuncOptions()
+                                   .padding_idx(options.padding_idx())
+                                   .max_norm(options.max_norm())
+                                   .norm_type(options.norm_type())
+                                   .scale_grad_by_freq(options.scale_grad_by_freq())
+                                   .sparse(options.sparse()));
 }
 
 std::string Embedding::extra_repr() const {

@@ -8,20 +8,10 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/linear.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of Linear (in_features, out_features, bias, device, dtype).
-struct LinearOptions {
-  LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
-  TROUPE_ARG(int64_t, in_features);
-  TROUPE_ARG(int64_t, out_features);
-  TROUPE_ARG(bool, bias) = true;
-  TROUPE_ARG(Device, device) = Device(kCPU);
-  /// nullopt: the default float dtype.
-  TROUPE_ARG(std::optional<ScalarType>, dtype);
-};
 
 /// y = x W^T + b, with W (out_features, in_features) and b (out_features).
 class Linear : public Cloneable<Linear> {
@@ -55,12 +45,6 @@ class Identity : public Cloneable<Identity> {
   std::string name() const override { return "Identity"; }
 };
 
-/// Options of Flatten (start_dim = 1, end_dim = -1).
-struct FlattenOptions {
-  TROUPE_ARG(int64_t, start_dim) = 1;
-  TROUPE_ARG(int64_t, end_dim) = -1;
-};
-
 /// Flattens dims start_dim..end_dim into one.
 class Flatten : public Cloneable<Flatten> {
  public:
@@ -74,14 +58,6 @@ class Flatten : public Cloneable<Flatten> {
   std::string name() const override { return "Flatten"; }
 
   FlattenOptions options;
-};
-
-/// Options of Unflatten (dim, unflattened_size).
-struct UnflattenOptions {
-  UnflattenOptions(int64_t dim, std::vector<int64_t> unflattened_size)
-      : dim_(dim), unflattened_size_(std::move(unflattened_size)) {}
-  TROUPE_ARG(int64_t, dim);
-  TROUPE_ARG(std::vector<int64_t>, unflattened_size);
 };
 
 /// Splits dim into the shape unflattened_size (one entry may be -1).

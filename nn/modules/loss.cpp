@@ -43,35 +43,28 @@ Tensor own_tensor(const Tensor& t) {
 
 MSELoss::MSELoss(const MSELossOptions& options_) : options(options_) { reset(); }
 
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
-  return F::mse_loss(input, target, options.reduction());
-}
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, options); }
 
 L1Loss::L1Loss(const L1LossOptions& options_) : options(options_) { reset(); }
 
-Tensor L1Loss::forward(const Tensor& input, const Tensor& target) {
-  return F::l1_loss(input, target, options.reduction());
-}
+Tensor L1Loss::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, options); }
 
 SmoothL1Loss::SmoothL1Loss(const SmoothL1LossOptions& options_) : options(options_) { reset(); }
 
 Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
-  return F::smooth_l1_loss(input, target, options.reduction(), options.beta());
+  return F::smooth_l1_loss(input, target, options);
 }
 
 HuberLoss::HuberLoss(const HuberLossOptions& options_) : options(options_) { reset(); }
 
-Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::huber_loss(input, target, options.reduction(), options.delta());
-}
+Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) { return F::huber_loss(input, target, options); }
 
 CrossEntropyLoss::CrossEntropyLoss(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
 
 void CrossEntropyLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::cross_entropy(input, target, weight, options.ignore_index(), options.reduction(),
-                          options.label_smoothing());
+  return F::cross_entropy(input, target, CrossEntropyLossOptions(options).weight(weight));
 }
 
 NLLLoss::NLLLoss(const NLLLossOptions& options_) : options(options_) { reset(); }
@@ -79,7 +72,7 @@ NLLLoss::NLLLoss(const NLLLossOptions& options_) : options(options_) { reset(); 
 void NLLLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::nll_loss(input, target, weight, options.ignore_index(), options.reduction());
+  return F::nll_loss(input, target, NLLLossOptions(options).weight(weight));
 }
 
 BCELoss::BCELoss(const BCELossOptions& options_) : options(options_) { reset(); }
@@ -87,7 +80,7 @@ BCELoss::BCELoss(const BCELossOptions& options_) : options(options_) { reset(); 
 void BCELoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
 Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
-  return F::binary_cross_entropy(input, target, weight, options.reduction());
+  return F::binary_cross_entropy(input, target, BCELossOptions(options).weight(weight));
 }
 
 BCEWithLogitsLoss::BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options_) : options(options_) { reset(); }
@@ -98,7 +91,8 @@ void BCEWithLogitsLoss::reset() {
 }
 
 Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::binary_cross_entropy_with_logits(input, target, weight, pos_weight, options.reduction());
+  return F::binary_cross_entropy_with_logits(input, target,
+                                             BCEWithLogitsLossOptions(options).weight(weight).pos_weight(pos_weight));
 }
 
 }  // namespace troupe::nn

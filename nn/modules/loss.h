@@ -13,66 +13,12 @@
 #include <string>
 
 #include <troupe/nn/functional/loss.h>
+#include <troupe/nn/options/loss.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-// ------------------------------------------------------------------ options
-
-struct MSELossOptions {
-  MSELossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
-  TROUPE_ARG(Reduction, reduction);
-};
-
-struct L1LossOptions {
-  L1LossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
-  TROUPE_ARG(Reduction, reduction);
-};
-
-struct SmoothL1LossOptions {
-  SmoothL1LossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
-  TROUPE_ARG(Reduction, reduction);
-  /// Where the loss turns from quadratic to linear; 0 gives L1Loss.
-  TROUPE_ARG(double, beta) = 1.0;
-};
-
-struct HuberLossOptions {
-  HuberLossOptions(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
-  TROUPE_ARG(Reduction, reduction);
-  /// Where the loss turns from quadratic to delta-scaled linear; must be positive.
-  TROUPE_ARG(double, delta) = 1.0;
-};
-
-struct CrossEntropyLossOptions {
-  /// Per-class rescaling weights (C); undefined = all 1.
-  TROUPE_ARG(Tensor, weight);
-  /// Targets with this class index are ignored (indices only).
-  TROUPE_ARG(int64_t, ignore_index) = -100;
-  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
-  /// In [0, 1]: the weight of the uniform distribution mixed into the target.
-  TROUPE_ARG(double, label_smoothing) = 0.0;
-};
-
-struct NLLLossOptions {
-  TROUPE_ARG(Tensor, weight);
-  TROUPE_ARG(int64_t, ignore_index) = -100;
-  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
-};
-
-struct BCELossOptions {
-  /// Rescaling weight broadcast to the target's shape; undefined = 1.
-  TROUPE_ARG(Tensor, weight);
-  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
-};
-
-struct BCEWithLogitsLossOptions {
-  TROUPE_ARG(Tensor, weight);
-  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
-  /// Weight of the positive examples, broadcast against the last dim (usually (C)); undefined = 1.
-  TROUPE_ARG(Tensor, pos_weight);
-};
 
 // ------------------------------------------------------------------ base
 

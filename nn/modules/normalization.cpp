@@ -37,7 +37,8 @@ void LayerNorm::reset_parameters() {
 }
 
 Tensor LayerNorm::forward(const Tensor& input) {
-  return functional::layer_norm(input, options.normalized_shape(), weight, bias, options.eps());
+  return functional::layer_norm(
+      input, functional::LayerNormFuncOptions(options.normalized_shape()).weight(weight).bias(bias).eps(options.eps()));
 }
 
 std::string LayerNorm::extra_repr() const {

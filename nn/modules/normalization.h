@@ -8,20 +8,10 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/normalization.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of LayerNorm: `LayerNormOptions({2, 3}).eps(1e-6)`.
-struct LayerNormOptions {
-  LayerNormOptions(std::vector<int64_t> normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
-  TROUPE_ARG(std::vector<int64_t>, normalized_shape);
-  TROUPE_ARG(double, eps) = 1e-5;
-  /// Learnable weight (ones) and bias (zeros) of shape normalized_shape.
-  TROUPE_ARG(bool, elementwise_affine) = true;
-  TROUPE_ARG(Device, device) = Device(kCPU);
-  TROUPE_ARG(std::optional<ScalarType>, dtype);
-};
 
 /// Applies layer normalisation over the last len(normalized_shape) dims of the input.
 class LayerNorm : public Cloneable<LayerNorm> {

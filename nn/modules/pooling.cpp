@@ -21,14 +21,10 @@ MaxPool2d::MaxPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray
                   .return_indices(return_indices)
                   .ceil_mode(ceil_mode)) {}
 
-Tensor MaxPool2d::forward(const Tensor& input) {
-  const auto& o = options;
-  return F::max_pool2d(input, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
-}
+Tensor MaxPool2d::forward(const Tensor& input) { return F::max_pool2d(input, options); }
 
 std::tuple<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& input) {
-  const auto& o = options;
-  return F::max_pool2d_with_indices(input, o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.ceil_mode());
+  return F::max_pool2d_with_indices(input, options);
 }
 
 Value MaxPool2d::forward_args(const Args& args, const Kwargs& kwargs) {
@@ -58,11 +54,7 @@ AvgPool2d::AvgPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray
                   .count_include_pad(count_include_pad)
                   .divisor_override(divisor_override)) {}
 
-Tensor AvgPool2d::forward(const Tensor& input) {
-  const auto& o = options;
-  return F::avg_pool2d(input, o.kernel_size(), o.stride(), o.padding(), o.ceil_mode(), o.count_include_pad(),
-                       o.divisor_override());
-}
+Tensor AvgPool2d::forward(const Tensor& input) { return F::avg_pool2d(input, options); }
 
 std::string AvgPool2d::extra_repr() const {
   const auto& o = options;

@@ -9,21 +9,10 @@
 #include <troupe/util/expanding_array.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/options/pooling.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
-
-/// Options of MaxPool2d; stride defaults to kernel_size (PyTorch's stride=None).
-struct MaxPool2dOptions {
-  MaxPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
-  TROUPE_ARG(ExpandingArray<2>, kernel_size);
-  TROUPE_ARG(ExpandingArray<2>, stride);
-  TROUPE_ARG(ExpandingArray<2>, padding) = 0;
-  TROUPE_ARG(ExpandingArray<2>, dilation) = 1;
-  /// Calling the module returns (output, indices).
-  TROUPE_ARG(bool, return_indices) = false;
-  TROUPE_ARG(bool, ceil_mode) = false;
-};
 
 /// 2-D max pooling over (N, C, H, W) or (C, H, W) input.
 class MaxPool2d : public Cloneable<MaxPool2d> {
@@ -47,19 +36,6 @@ class MaxPool2d : public Cloneable<MaxPool2d> {
   using Module::operator();
 
   MaxPool2dOptions options;
-};
-
-/// Options of AvgPool2d; stride defaults to kernel_size (PyTorch's stride=None).
-struct AvgPool2dOptions {
-  AvgPool2dOptions(ExpandingArray<2> kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}
-  TROUPE_ARG(ExpandingArray<2>, kernel_size);
-  TROUPE_ARG(ExpandingArray<2>, stride);
-  TROUPE_ARG(ExpandingArray<2>, padding) = 0;
-  TROUPE_ARG(bool, ceil_mode) = false;
-  /// Count the zero padding in the divisor.
-  TROUPE_ARG(bool, count_include_pad) = true;
-  /// Divide by this instead of the window size.
-  TROUPE_ARG(std::optional<int64_t>, divisor_override);
 };
 
 /// 2-D average pooling over (N, C, H, W) or (C, H, W) input.

@@ -110,7 +110,13 @@ TEST(FunctionalConv2dTest, ForwardAndBackwardMatchPyTorch) {
     auto p = fx().ints(c + "params");  // [sH, sW, pH, pW, dH, dW, groups, padding code, has_bias]
     Tensor x = leaf(c + "x"), w = leaf(c + "w");
     Tensor b = p[8] ? leaf(c + "b") : Tensor();
-    Tensor out = F::conv2d(x, w, b, {p[0], p[1]}, padding_of(p, 7, 2), {p[4], p[5]}, p[6]);
+    Tensor out = F::conv2d(x, w,
+                           F::Conv2dFuncOptions()
+                               .bias(b)
+                               .stride({p[0], p[1]})
+                               .padding(padding_of(p, 7, 2))
+                               .dilation({p[4], p[5]})
+                               .groups(p[6]));
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 1e-5, 1e-5));
     out.backward(get(c + "g"));
     EXPECT_TRUE(tensors_close(x.grad(), get(c + "dx"), 1e-5, 1e-5));
@@ -126,21 +132,26 @@ TEST(FunctionalConv2dTest, SamePaddingKeepsTheSizeAndGradchecks) {
   Tensor x = randn({1, 2, 5, 6}, kFloat64).requires_grad_(true);
   Tensor w = randn({3, 2, 2, 4}, kFloat64).requires_grad_(true);
   Tensor b = randn({3}, kFloat64).requires_grad_(true);
-  EXPECT_EQ(F::conv2d(x, w, b, 1, "same").sizes().vec(), (std::vector<int64_t>{1, 3, 5, 6}));
-  EXPECT_EQ(F::conv2d(x, w, b, 1, "same", {2, 1}).sizes().vec(), (std::vector<int64_t>{1, 3, 5, 6}));
-  EXPECT_EQ(F::conv2d(x, w, b, 1, "valid").sizes().vec(), (std::vector<int64_t>{1, 3, 4, 3}));
+  EXPECT_EQ(F::conv2d(x, w, F::Conv2dFuncOptions().bias(b).stride(1).padding("same")).sizes().vec(),
+            (std::vector<int64_t>{1, 3, 5, 6}));
+  EXPECT_EQ(F::conv2d(x, w, F::Conv2dFuncOptions().bias(b).stride(1).padding("same").dilation({2, 1})).sizes().vec(),
+            (std::vector<int64_t>{1, 3, 5, 6}));
+  EXPECT_EQ(F::conv2d(x, w, F::Conv2dFuncOptions().bias(b).stride(1).padding("valid")).sizes().vec(),
+            (std::vector<int64_t>{1, 3, 4, 3}));
   EXPECT_TRUE(autograd::gradcheck(
       [](const autograd::variable_list& in) {
-        return autograd::variable_list{F::conv2d(in[0], in[1], in[2], 1, "same", {2, 1})};
+        return autograd::variable_list{
+            F::conv2d(in[0], in[1], F::Conv2dFuncOptions().bias(in[2]).stride(1).padding("same").dilation({2, 1}))};
       },
       {x, w, b}));
 }
 
 TEST(FunctionalConv2dTest, Errors) {
   Tensor x = randn({1, 3, 6, 6}), w = randn({4, 3, 3, 3});
-  expect_error([&] { F::conv2d(x, w, Tensor(), 2, "same"); },
+  expect_error([&] { F::conv2d(x, w, F::Conv2dFuncOptions().stride(2).padding("same")); },
                "padding='same' is not supported for strided convolutions");
-  expect_error([&] { F::conv2d(x, w, Tensor(), 1, "foo"); }, "Invalid padding string: 'foo'");
+  expect_error([&] { F::conv2d(x, w, F::Conv2dFuncOptions().stride(1).padding("foo")); },
+               "Invalid padding string: 'foo'");
   // the tensor op reports a wrong channel count with PyTorch's text
   expect_error([&] { F::conv2d(randn({1, 3, 28, 28}), randn({20, 1, 5, 5})); },
                "Given groups=1, weight of size [20, 1, 5, 5], expected input[1, 3, 28, 28] to have 1 channels, but "
@@ -151,26 +162,38 @@ TEST(FunctionalConv2dTest, Errors) {
 
 TEST(FunctionalPadTest, ModesAndErrors) {
   Tensor x = arange(6.).reshape({1, 2, 3});
-  EXPECT_TRUE(tensors_close(F::pad(x, {1, 2}, "reflect"),
+  EXPECT_TRUE(tensors_close(F::pad(x, F::PadFuncOptions({1, 2}).mode("reflect")),
                             tensor({1., 0., 1., 2., 1., 0., 4., 3., 4., 5., 4., 3.}).reshape({1, 2, 6}), 0, 0));
-  EXPECT_TRUE(tensors_close(F::pad(x, {1, 2}, "replicate"),
+  EXPECT_TRUE(tensors_close(F::pad(x, F::PadFuncOptions({1, 2}).mode("replicate")),
                             tensor({0., 0., 1., 2., 2., 2., 3., 3., 4., 5., 5., 5.}).reshape({1, 2, 6}), 0, 0));
-  EXPECT_TRUE(tensors_close(F::pad(x, {1, 2}, "circular"),
+  EXPECT_TRUE(tensors_close(F::pad(x, F::PadFuncOptions({1, 2}).mode("circular")),
                             tensor({2., 0., 1., 2., 0., 1., 5., 3., 4., 5., 3., 4.}).reshape({1, 2, 6}), 0, 0));
-  EXPECT_TRUE(tensors_close(F::pad(x, {1, -1, 0, 1}, "constant", 7.),
+  EXPECT_TRUE(tensors_close(F::pad(x, F::PadFuncOptions({1, -1, 0, 1}).mode("constant").value(7.)),
                             tensor({7., 0., 1., 7., 3., 4., 7., 7., 7.}).reshape({1, 3, 3}), 0, 0));
-  expect_error([&] { F::pad(x, {1, 2, 3}); }, "Padding length must be divisible by 2");
-  expect_error([&] { F::pad(x, {1, 1, 1, 1, 1, 1, 1, 1}); }, "Padding length too large");
-  expect_error([&] { F::pad(x, {1, 1}, "foo"); }, "Unrecognised padding mode foo");
-  expect_error([&] { F::pad(x, {1, 1}, "replicate", 2.); },
-               "Padding mode \"replicate\" doesn't take in value argument");
-  expect_error([&] { F::pad(randn({1, 1, 2, 2}), {3, 3, 0, 0}, "reflect"); },
-               "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding "
-               "(3, 3) at dimension 3 of input 4");
-  expect_error([&] { F::pad(randn({1, 1, 2, 2}), {3, 3, 0, 0}, "circular"); },
-               "Padding value causes wrapping around more than once.");
-  expect_error([&] { F::pad(randn({5}), {1, 1}, "reflect"); },
-               "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now");
+  expect_error([&] { F::pad(x, F::PadFuncOptions({1, 2, 3})); }, "Padding length must be divisible by 2");
+  expect_error([&] { F::pad(x, F::PadFuncOptions({1, 1, 1, 1, 1, 1, 1, 1})); }, "Padding length too large");
+  expect_error([&] { F::pad(x, F::PadFuncOptions({1, 1}).mode("foo")); }, "Unrecognised padding mode foo");
+  expect_error(
+      [&] {
+        F::pad(x, F::PadFuncOptions({1, 1}).mode("replicate").value(2.));
+      },
+      "Padding mode \"replicate\" doesn't take in value argument");
+  expect_error(
+      [&] {
+        F::pad(randn({1, 1, 2, 2}), F::PadFuncOptions({3, 3, 0, 0}).mode("reflect"));
+      },
+      "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding "
+      "(3, 3) at dimension 3 of input 4");
+  expect_error(
+      [&] {
+        F::pad(randn({1, 1, 2, 2}), F::PadFuncOptions({3, 3, 0, 0}).mode("circular"));
+      },
+      "Padding value causes wrapping around more than once.");
+  expect_error(
+      [&] {
+        F::pad(randn({5}), F::PadFuncOptions({1, 1}).mode("reflect"));
+      },
+      "Only 2D, 3D, 4D, 5D padding with non-constant padding are supported for now");
 }
 
 TEST(Conv2dTest, PaddingModesMatchPyTorch) {
@@ -243,7 +266,11 @@ TEST(PoolingTest, MaxPool2dMatchesPyTorch) {
     const std::string c = "maxpool_" + std::to_string(i) + "_";
     auto p = fx().ints(c + "params");  // [kH, kW, sH, sW, pH, pW, dH, dW, ceil_mode]
     Tensor x = leaf(c + "x");
-    auto [out, idx] = F::max_pool2d_with_indices(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, {p[6], p[7]}, p[8]);
+    auto [out, idx] = F::max_pool2d_with_indices(x, F::MaxPool2dFuncOptions({p[0], p[1]})
+                                                        .stride({p[2], p[3]})
+                                                        .padding({p[4], p[5]})
+                                                        .dilation({p[6], p[7]})
+                                                        .ceil_mode(p[8]));
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 0, 0));
     EXPECT_TRUE(tensors_close(idx, get(c + "idx"), 0, 0, true));
     out.backward(get(c + "g"));
@@ -262,7 +289,8 @@ TEST(PoolingTest, MaxPool2dMatchesPyTorch) {
   }
   // stride defaults to the kernel size
   Tensor x = randn({1, 1, 4, 6});
-  EXPECT_TRUE(tensors_close(F::max_pool2d(x, 2), F::max_pool2d(x, 2, 2), 0, 0));
+  EXPECT_TRUE(tensors_close(F::max_pool2d(x, F::MaxPool2dFuncOptions(2)),
+                            F::max_pool2d(x, F::MaxPool2dFuncOptions(2).stride(2)), 0, 0));
   EXPECT_EQ(nn::MaxPool2d(3).options.stride()[1], 3);
 }
 
@@ -273,7 +301,12 @@ TEST(PoolingTest, AvgPool2dMatchesPyTorch) {
     auto p = fx().ints(c + "params");  // [kH, kW, sH, sW, pH, pW, ceil, count_include_pad, divisor (0: None)]
     std::optional<int64_t> div = p[8] ? std::optional<int64_t>(p[8]) : std::nullopt;
     Tensor x = leaf(c + "x");
-    Tensor out = F::avg_pool2d(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[6], p[7], div);
+    Tensor out = F::avg_pool2d(x, F::AvgPool2dFuncOptions({p[0], p[1]})
+                                      .stride({p[2], p[3]})
+                                      .padding({p[4], p[5]})
+                                      .ceil_mode(p[6])
+                                      .count_include_pad(p[7])
+                                      .divisor_override(div));
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 1e-6, 1e-6));
     out.backward(get(c + "g"));
     EXPECT_TRUE(tensors_close(x.grad(), get(c + "dx"), 1e-6, 1e-6));

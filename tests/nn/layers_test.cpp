@@ -211,13 +211,14 @@ TEST(NnActivation, ForwardBackwardMatchPyTorch) {
 TEST(NnActivation, SoftmaxImplicitDimFollowsPyTorchsLegacyRule) {
   Tensor x = fx().get("act_softmax_none_3d_x");  // 3-D: dim 0
   EXPECT_TRUE(tensors_close((*std::make_shared<nn::Softmax>())(x), fx().get("act_softmax_none_3d_y"), 1e-6, 1e-7));
-  EXPECT_TRUE(tensors_close(F::log_softmax(x, std::nullopt), fx().get("act_log_softmax_none_3d_y"), 1e-6, 1e-6));
+  EXPECT_TRUE(tensors_close(F::log_softmax(x, F::LogSoftmaxFuncOptions(std::nullopt)),
+                            fx().get("act_log_softmax_none_3d_y"), 1e-6, 1e-6));
   Tensor m = randn({3, 4});  // 2-D: dim 1
-  EXPECT_TRUE(equal(F::softmax(m, std::nullopt), troupe::softmax(m, 1)));
+  EXPECT_TRUE(equal(F::softmax(m, F::SoftmaxFuncOptions(std::nullopt)), troupe::softmax(m, 1)));
   Tensor v = randn({5});  // 1-D: dim 0
-  EXPECT_TRUE(equal(F::softmax(v, std::nullopt), troupe::softmax(v, 0)));
+  EXPECT_TRUE(equal(F::softmax(v, F::SoftmaxFuncOptions(std::nullopt)), troupe::softmax(v, 0)));
   // dtype casts first
-  EXPECT_EQ(F::softmax(m, 1, kFloat64).dtype(), kFloat64);
+  EXPECT_EQ(F::softmax(m, F::SoftmaxFuncOptions(1).dtype(kFloat64)).dtype(), kFloat64);
 }
 
 TEST(NnActivation, InplaceMatchesOutOfPlaceWithGradients) {
@@ -226,11 +227,17 @@ TEST(NnActivation, InplaceMatchesOutOfPlaceWithGradients) {
     std::function<Tensor(const Tensor&, bool)> fn;
   };
   const Case cases[] = {
-      {"relu", [](const Tensor& x, bool ip) { return F::relu(x, ip); }},
-      {"leaky_relu", [](const Tensor& x, bool ip) { return F::leaky_relu(x, 0.1, ip); }},
-      {"elu", [](const Tensor& x, bool ip) { return F::elu(x, 0.7, ip); }},
-      {"silu", [](const Tensor& x, bool ip) { return F::silu(x, ip); }},
-      {"dropout_eval", [](const Tensor& x, bool ip) { return F::dropout(x, 0.5, false, ip); }},
+      {"relu", [](const Tensor& x, bool ip) { return F::relu(x, F::ReLUFuncOptions().inplace(ip)); }},
+      {"leaky_relu",
+       [](const Tensor& x, bool ip) {
+         return F::leaky_relu(x, F::LeakyReLUFuncOptions().negative_slope(0.1).inplace(ip));
+       }},
+      {"elu", [](const Tensor& x, bool ip) { return F::elu(x, F::ELUFuncOptions().alpha(0.7).inplace(ip)); }},
+      {"silu", [](const Tensor& x, bool ip) { return F::silu(x, F::SiLUFuncOptions().inplace(ip)); }},
+      {"dropout_eval",
+       [](const Tensor& x, bool ip) {
+         return F::dropout(x, F::DropoutFuncOptions().p(0.5).training(false).inplace(ip));
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -251,18 +258,19 @@ TEST(NnActivation, InplaceMatchesOutOfPlaceWithGradients) {
   }
   // without autograd the input is overwritten too
   Tensor z = tensor({-1.0f, 2.0f});
-  F::leaky_relu(z, 0.5, true);
+  F::leaky_relu(z, F::LeakyReLUFuncOptions().negative_slope(0.5).inplace(true));
   EXPECT_TRUE(equal(z, tensor({-0.5f, 2.0f})));
   auto relu_ip = std::make_shared<nn::ReLU>(true);
   Tensor w = tensor({-1.0f, 3.0f});
   EXPECT_TRUE((*relu_ip)(w).is_same(w));
   EXPECT_TRUE(equal(w, tensor({0.0f, 3.0f})));
   // a leaf that requires grad cannot be overwritten
-  EXPECT_THROW(F::silu(randn({3}).requires_grad_(true), true), std::exception);
+  EXPECT_THROW(F::silu(randn({3}).requires_grad_(true), F::SiLUFuncOptions().inplace(true)), std::exception);
 }
 
 TEST(NnActivation, GeluRejectsUnknownApproximation) {
-  const std::string e = error_of<std::invalid_argument>([] { F::gelu(randn({3}), "fast"); });
+  const std::string e =
+      error_of<std::invalid_argument>([] { F::gelu(randn({3}), F::GELUFuncOptions().approximate("fast")); });
   EXPECT_NE(e.find("approximate argument must be either none or tanh"), std::string::npos) << e;
 }
 
@@ -317,11 +325,12 @@ TEST(NnLayers, PrintedFormsMatchPyTorch) {
 
 TEST(NnDropout, MasksMatchPyTorchAfterTheSameSeed) {
   manual_seed(0);
-  EXPECT_TRUE(bits_equal(F::dropout(ones({4, 5}), 0.3), fx().get("dropout_p03_s0")));
+  EXPECT_TRUE(bits_equal(F::dropout(ones({4, 5}), F::DropoutFuncOptions().p(0.3)), fx().get("dropout_p03_s0")));
   manual_seed(42);
-  EXPECT_TRUE(bits_equal(F::dropout(arange(40.0).reshape({5, 8}), 0.5), fx().get("dropout_p05_s42")));
+  EXPECT_TRUE(bits_equal(F::dropout(arange(40.0).reshape({5, 8}), F::DropoutFuncOptions().p(0.5)),
+                         fx().get("dropout_p05_s42")));
   manual_seed(1);
-  EXPECT_TRUE(bits_equal(F::dropout(ones({3, 7}, TensorOptions().dtype(kFloat64)), 0.1),
+  EXPECT_TRUE(bits_equal(F::dropout(ones({3, 7}, TensorOptions().dtype(kFloat64)), F::DropoutFuncOptions().p(0.1)),
                          fx().get("dropout_p01_f64_s1")));
   manual_seed(5);
   auto m = std::make_shared<nn::Dropout>(0.25);
@@ -337,21 +346,21 @@ TEST(NnDropout, EvalModeAndEdgeProbabilities) {
   EXPECT_TRUE((*m)(x).is_same(x));
   m->train();
   EXPECT_FALSE((*m)(x).is_same(x));
-  EXPECT_TRUE(F::dropout(x, 0.0).is_same(x));
-  EXPECT_TRUE(equal(F::dropout(x, 1.0), zeros({3, 4})));
+  EXPECT_TRUE(F::dropout(x, F::DropoutFuncOptions().p(0.0)).is_same(x));
+  EXPECT_TRUE(equal(F::dropout(x, F::DropoutFuncOptions().p(1.0)), zeros({3, 4})));
   // the gradient is the mask scaled by 1 / (1 - p)
   Tensor xr = ones({200}).requires_grad_(true);
-  Tensor y = F::dropout(xr, 0.4);
+  Tensor y = F::dropout(xr, F::DropoutFuncOptions().p(0.4));
   y.sum().backward();
   EXPECT_TRUE(equal(xr.grad(), y.detach()));
   // in place
   Tensor z = ones({50});
-  Tensor r = F::dropout(z, 0.5, true, true);
+  Tensor r = F::dropout(z, F::DropoutFuncOptions().p(0.5).training(true).inplace(true));
   EXPECT_TRUE(r.is_same(z));
   EXPECT_TRUE(equal(z.eq(0.0).logical_not(), z.eq(2.0)));
   // statistics: the kept fraction is about 1 - p, the mean about 1
   manual_seed(77);
-  Tensor big = F::dropout(ones({100000}), 0.2);
+  Tensor big = F::dropout(ones({100000}), F::DropoutFuncOptions().p(0.2));
   EXPECT_NEAR(big.ne(0.0).to(kFloat64).mean().item<double>(), 0.8, 0.01);
   EXPECT_NEAR(big.mean().item<double>(), 1.0, 0.015);
 }
@@ -361,7 +370,7 @@ TEST(NnDropout, ProbabilityOutsideZeroOneIsAnError) {
             "dropout probability has to be between 0 and 1, but got 1.5");
   EXPECT_EQ(error_of<std::invalid_argument>([] { nn::Dropout(nn::DropoutOptions(-0.1)); }),
             "dropout probability has to be between 0 and 1, but got -0.1");
-  EXPECT_EQ(error_of<std::invalid_argument>([] { F::dropout(randn({2}), 2.0); }),
+  EXPECT_EQ(error_of<std::invalid_argument>([] { F::dropout(randn({2}), F::DropoutFuncOptions().p(2.0)); }),
             "dropout probability has to be between 0 and 1, but got 2.0");
 }
 
@@ -393,7 +402,9 @@ TEST(NnEmbedding, FunctionalForwardBackwardMatchPyTorch) {
     manual_seed(20);
     Tensor w = randn({10, 3}).requires_grad_(true);
     ASSERT_TRUE(bits_equal(w.detach(), fx().get(k + "_w")));
-    Tensor y = F::embedding(idx, w, c.padding_idx, std::nullopt, 2.0, c.scale_grad_by_freq);
+    Tensor y = F::embedding(
+        idx, w,
+        F::EmbeddingFuncOptions().padding_idx(c.padding_idx).norm_type(2.0).scale_grad_by_freq(c.scale_grad_by_freq));
     Tensor gy = randn(y.sizes());
     ASSERT_TRUE(bits_equal(gy, fx().get(k + "_gy")));
     y.backward(gy);
@@ -415,7 +426,7 @@ TEST(NnEmbedding, MaxNormRenormalisesTheLookedUpRowsInPlace) {
     manual_seed(21);
     Tensor w = randn({10, 3}) * 2;
     ASSERT_TRUE(bits_equal(w, fx().get(k + "_w_before")));
-    Tensor y = F::embedding(idx, w, std::nullopt, c.max_norm, c.norm_type);
+    Tensor y = F::embedding(idx, w, F::EmbeddingFuncOptions().max_norm(c.max_norm).norm_type(c.norm_type));
     EXPECT_TRUE(tensors_close(y, fx().get(k + "_y"), 1e-6, 1e-7));
     EXPECT_TRUE(tensors_close(w, fx().get(k + "_w_after"), 1e-6, 1e-7));
   }
@@ -483,12 +494,15 @@ TEST(NnEmbedding, Errors) {
   EXPECT_EQ(error_of<std::out_of_range>([&] { F::embedding(tensor({-1}), w); }).rfind("index out of range in self", 0),
             0u);
   EXPECT_EQ(error_of<std::invalid_argument>([&] { F::embedding(tensor({1}), randn({10})); }), "'weight' must be 2-D");
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { F::embedding(tensor({1}), w, 10); }),
-            "Padding_idx must be within num_embeddings");
+  EXPECT_EQ(
+      error_of<std::invalid_argument>([&] { F::embedding(tensor({1}), w, F::EmbeddingFuncOptions().padding_idx(10)); }),
+      "Padding_idx must be within num_embeddings");
   EXPECT_EQ(error_of<std::invalid_argument>([] { nn::Embedding(10, 3, -11); }),
             "Padding_idx must be within num_embeddings");
-  EXPECT_NE(error_of<std::invalid_argument>([&] { F::embedding(tensor({1}), w, std::nullopt, std::nullopt, 2.0, false, true); })
-                .find("sparse=True is not supported"),
+  EXPECT_NE(error_of<std::invalid_argument>([&] {
+              F::embedding(tensor({1}), w,
+                           F::EmbeddingFuncOptions().norm_type(2.0).scale_grad_by_freq(false).sparse(true));
+            }).find("sparse=True is not supported"),
             std::string::npos);
   EXPECT_NE(error_of<std::invalid_argument>([] { nn::Embedding(nn::EmbeddingOptions(4, 2).sparse(true)); })
                 .find("sparse=True is not supported"),
@@ -509,40 +523,66 @@ TEST(NnFunctional, Gradcheck) {
   using Fn = std::function<variable_list(const variable_list&)>;
   const Tensor idx = tensor({1, 2, 0, 4, 4, 0, 9, 4}).reshape({2, 4});
   const std::vector<std::tuple<std::string, Fn, variable_list>> cases = {
-      {"linear", [](const variable_list& v) { return variable_list{F::linear(v[0], v[1], v[2])}; },
+      {"linear",
+       [](const variable_list& v) { return variable_list{F::linear(v[0], v[1], v[2])}; },
        {R64({2, 3, 4}, 1), R64({5, 4}, 2), R64({5}, 3)}},
-      {"linear_nobias", [](const variable_list& v) { return variable_list{F::linear(v[0], v[1])}; },
+      {"linear_nobias",
+       [](const variable_list& v) { return variable_list{F::linear(v[0], v[1])}; },
        {R64({3, 4}, 4), R64({2, 4}, 5)}},
       {"relu", [](const variable_list& v) { return variable_list{F::relu(v[0])}; }, {R64({3, 4}, 6)}},
-      {"relu_inplace", [](const variable_list& v) { return variable_list{F::relu(v[0] * 1.0, true)}; },
+      {"relu_inplace",
+       [](const variable_list& v) { return variable_list{F::relu(v[0] * 1.0, F::ReLUFuncOptions().inplace(true))}; },
        {R64({3, 4}, 6)}},
-      {"leaky_relu", [](const variable_list& v) { return variable_list{F::leaky_relu(v[0], 0.2)}; }, {R64({3, 4}, 7)}},
-      {"leaky_relu_inplace", [](const variable_list& v) { return variable_list{F::leaky_relu(v[0] * 1.0, 0.2, true)}; },
+      {"leaky_relu",
+       [](const variable_list& v) {
+         return variable_list{F::leaky_relu(v[0], F::LeakyReLUFuncOptions().negative_slope(0.2))};
+       },
        {R64({3, 4}, 7)}},
-      {"elu", [](const variable_list& v) { return variable_list{F::elu(v[0], 0.5)}; }, {R64({3, 4}, 8)}},
-      {"elu_inplace", [](const variable_list& v) { return variable_list{F::elu(v[0] * 1.0, 0.5, true)}; },
+      {"leaky_relu_inplace",
+       [](const variable_list& v) {
+         return variable_list{F::leaky_relu(v[0] * 1.0, F::LeakyReLUFuncOptions().negative_slope(0.2).inplace(true))};
+       },
+       {R64({3, 4}, 7)}},
+      {"elu",
+       [](const variable_list& v) { return variable_list{F::elu(v[0], F::ELUFuncOptions().alpha(0.5))}; },
+       {R64({3, 4}, 8)}},
+      {"elu_inplace",
+       [](const variable_list& v) {
+         return variable_list{F::elu(v[0] * 1.0, F::ELUFuncOptions().alpha(0.5).inplace(true))};
+       },
        {R64({3, 4}, 8)}},
       {"gelu", [](const variable_list& v) { return variable_list{F::gelu(v[0])}; }, {R64({3, 4}, 9)}},
-      {"gelu_tanh", [](const variable_list& v) { return variable_list{F::gelu(v[0], "tanh")}; }, {R64({3, 4}, 10)}},
+      {"gelu_tanh",
+       [](const variable_list& v) { return variable_list{F::gelu(v[0], F::GELUFuncOptions().approximate("tanh"))}; },
+       {R64({3, 4}, 10)}},
       {"silu", [](const variable_list& v) { return variable_list{F::silu(v[0])}; }, {R64({3, 4}, 11)}},
-      {"silu_inplace", [](const variable_list& v) { return variable_list{F::silu(v[0] * 1.0, true)}; },
+      {"silu_inplace",
+       [](const variable_list& v) { return variable_list{F::silu(v[0] * 1.0, F::SiLUFuncOptions().inplace(true))}; },
        {R64({3, 4}, 11)}},
       {"tanh", [](const variable_list& v) { return variable_list{F::tanh(v[0])}; }, {R64({3, 4}, 12)}},
       {"sigmoid", [](const variable_list& v) { return variable_list{F::sigmoid(v[0])}; }, {R64({3, 4}, 13)}},
-      {"softmax", [](const variable_list& v) { return variable_list{F::softmax(v[0], 1)}; }, {R64({3, 4}, 14)}},
-      {"log_softmax", [](const variable_list& v) { return variable_list{F::log_softmax(v[0], 0)}; }, {R64({3, 4}, 15)}},
+      {"softmax",
+       [](const variable_list& v) { return variable_list{F::softmax(v[0], F::SoftmaxFuncOptions(1))}; },
+       {R64({3, 4}, 14)}},
+      {"log_softmax",
+       [](const variable_list& v) { return variable_list{F::log_softmax(v[0], F::LogSoftmaxFuncOptions(0))}; },
+       {R64({3, 4}, 15)}},
       {"dropout",  // the same mask on every evaluation: reseeded inside
        [](const variable_list& v) {
          manual_seed(99);
-         return variable_list{F::dropout(v[0], 0.3)};
+         return variable_list{F::dropout(v[0], F::DropoutFuncOptions().p(0.3))};
        },
        {R64({4, 5}, 16)}},
-      {"embedding", [idx](const variable_list& v) { return variable_list{F::embedding(idx, v[0])}; },
+      {"embedding",
+       [idx](const variable_list& v) { return variable_list{F::embedding(idx, v[0])}; },
        {R64({10, 3}, 17)}},
       // padding_idx and scale_grad_by_freq are deliberately not true gradients (tested separately):
       // here a padding_idx that idx does not hold, through the same backward path
       {"embedding_padding_absent",
-       [idx](const variable_list& v) { return variable_list{F::embedding(idx, v[0], 7)}; }, {R64({10, 3}, 18)}},
+       [idx](const variable_list& v) {
+         return variable_list{F::embedding(idx, v[0], F::EmbeddingFuncOptions().padding_idx(7))};
+       },
+       {R64({10, 3}, 18)}},
   };
   for (const auto& [name, fn, inputs] : cases) {
     SCOPED_TRACE(name);
@@ -556,7 +596,9 @@ TEST(NnFunctional, Gradcheck) {
 
 TEST(NnFunctional, EmbeddingScaleGradByFreqDividesByTheCount) {
   Tensor w = zeros({4, 2}, TensorOptions().dtype(kFloat64)).requires_grad_(true);
-  F::embedding(tensor({1, 1, 1, 2}), w, std::nullopt, std::nullopt, 2.0, true).sum().backward();
+  F::embedding(tensor({1, 1, 1, 2}), w, F::EmbeddingFuncOptions().norm_type(2.0).scale_grad_by_freq(true))
+      .sum()
+      .backward();
   // row 1 appears 3 times: 3 * (1/3); row 2 once
   EXPECT_TRUE(tensors_close(w.grad(), tensor({0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0},
                                              TensorOptions().dtype(kFloat64)).reshape({4, 2}),

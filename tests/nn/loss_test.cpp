@@ -68,14 +68,24 @@ Tensor call_case(const std::vector<int64_t>& spec, double fparam, const Tensor& 
                  const Tensor& w, const Tensor& pw, Reduction r) {
   const int64_t ignore_index = spec[1];
   switch (spec[0]) {
-    case 0: return F::mse_loss(x, t, r);
-    case 1: return F::l1_loss(x, t, r);
-    case 2: return F::smooth_l1_loss(x, t, r, fparam);
-    case 3: return F::huber_loss(x, t, r, fparam);
-    case 4: return F::cross_entropy(x, t, w, ignore_index, r, fparam);
-    case 5: return F::nll_loss(x, t, w, ignore_index, r);
-    case 6: return F::binary_cross_entropy(x, t, w, r);
-    case 7: return F::binary_cross_entropy_with_logits(x, t, w, pw, r);
+    case 0:
+      return F::mse_loss(x, t, F::MSELossFuncOptions(r));
+    case 1:
+      return F::l1_loss(x, t, F::L1LossFuncOptions(r));
+    case 2:
+      return F::smooth_l1_loss(x, t, F::SmoothL1LossFuncOptions().reduction(r).beta(fparam));
+    case 3:
+      return F::huber_loss(x, t, F::HuberLossFuncOptions().reduction(r).delta(fparam));
+    case 4:
+      return F::cross_entropy(
+          x, t, F::CrossEntropyFuncOptions().weight(w).ignore_index(ignore_index).reduction(r).label_smoothing(fparam));
+    case 5:
+      return F::nll_loss(x, t, F::NLLLossFuncOptions().weight(w).ignore_index(ignore_index).reduction(r));
+    case 6:
+      return F::binary_cross_entropy(x, t, F::BinaryCrossEntropyFuncOptions().weight(w).reduction(r));
+    case 7:
+      return F::binary_cross_entropy_with_logits(
+          x, t, F::BinaryCrossEntropyWithLogitsFuncOptions().weight(w).pos_weight(pw).reduction(r));
   }
   throw std::runtime_error("unknown loss id " + std::to_string(spec[0]));
 }
@@ -154,13 +164,14 @@ TEST(LossReduction, ParsesPyTorchsStrings) {
   EXPECT_EQ(Reduction(Reduction::None).str(), "none");
   expect_error<std::invalid_argument>([] { Reduction("avg"); }, "avg is not a valid value for reduction");
   Tensor x = f64({1, 2, 3}, {3});
-  expect_error<std::invalid_argument>([&] { F::mse_loss(x, x, "foo"); }, "foo is not a valid value for reduction");
+  expect_error<std::invalid_argument>([&] { F::mse_loss(x, x, F::MSELossFuncOptions("foo")); },
+                                      "foo is not a valid value for reduction");
 }
 
 TEST(LossBehaviour, MseLossBroadcastsMismatchedShapes) {
   // PyTorch warns and broadcasts: (3, 1) against (2) is a (3, 2) loss
   Tensor x = f64({1, 2, 3}, {3, 1}), t = f64({0, 1}, {2});
-  Tensor y = F::mse_loss(x, t, "none");
+  Tensor y = F::mse_loss(x, t, F::MSELossFuncOptions(kNone));
   EXPECT_TRUE(tensors_close(y, f64({1, 0, 4, 1, 9, 4}, {3, 2}), 0, 0));
   EXPECT_TRUE(tensors_close(F::mse_loss(x, t), tensor({19.0 / 6}, TensorOptions().dtype(kFloat64)).reshape({}),
                             1e-15, 0));
@@ -174,7 +185,7 @@ TEST(LossBehaviour, IgnoredTargetsGetZeroGradientEvenWithInfiniteLogits) {
   for (const char* r : {"mean", "sum"}) {
     for (double ls : {0.0, 0.1}) {
       Tensor x = f64({1, 2, 3, -inf, 0.5, 0.25, 0.1, 0.2, 0.3}, {3, 3}).requires_grad_();
-      Tensor y = F::cross_entropy(x, t, {}, -100, r, ls);
+      Tensor y = F::cross_entropy(x, t, F::CrossEntropyFuncOptions().reduction(r).label_smoothing(ls));
       EXPECT_TRUE(all_finite(y)) << r << " ls=" << ls;
       y.backward();
       EXPECT_TRUE(all_finite(x.grad())) << r << " ls=" << ls;
@@ -190,15 +201,15 @@ TEST(LossBehaviour, AllTargetsIgnoredGivesNanMeanAndZeroGradients) {
   EXPECT_TRUE(std::isnan(y.item<double>()));
   y.backward();
   EXPECT_TRUE(tensors_close(x.grad(), zeros({2, 3}, TensorOptions().dtype(kFloat64)), 0, 0));
-  EXPECT_EQ(F::nll_loss(x, t, {}, -100, "sum").item<double>(), 0.0);
+  EXPECT_EQ(F::nll_loss(x, t, F::NLLLossFuncOptions().reduction(kSum)).item<double>(), 0.0);
 }
 
 TEST(LossBehaviour, EmptyBatchMeanIsNanAndSumIsZero) {
   Tensor x = zeros({0, 4}, TensorOptions().dtype(kFloat64));
   Tensor t = zeros({0}, TensorOptions().dtype(kInt64));
   EXPECT_TRUE(std::isnan(F::cross_entropy(x, t).item<double>()));
-  EXPECT_EQ(F::cross_entropy(x, t, {}, -100, "sum").item<double>(), 0.0);
-  EXPECT_EQ(F::cross_entropy(x, t, {}, -100, "none").numel(), 0);
+  EXPECT_EQ(F::cross_entropy(x, t, F::CrossEntropyFuncOptions().reduction(kSum)).item<double>(), 0.0);
+  EXPECT_EQ(F::cross_entropy(x, t, F::CrossEntropyFuncOptions().reduction(kNone)).numel(), 0);
   EXPECT_TRUE(std::isnan(F::cross_entropy(x, zeros({0, 4}, TensorOptions().dtype(kFloat64))).item<double>()));
 }
 
@@ -206,24 +217,34 @@ TEST(LossBehaviour, NegativeLabelSmoothingIsNoSmoothing) {
   // PyTorch 1.13 only smooths (and only checks the range) when label_smoothing > 0
   Tensor x = f64({0.5, -1, 2, 0.25, 0, 1}, {2, 3});
   Tensor t = tensor({2, 0});
-  EXPECT_TRUE(tensors_close(F::cross_entropy(x, t, {}, -100, "mean", -0.5), F::cross_entropy(x, t), 0, 0));
+  EXPECT_TRUE(tensors_close(F::cross_entropy(x, t, F::CrossEntropyFuncOptions().label_smoothing(-0.5)),
+                            F::cross_entropy(x, t), 0, 0));
 }
 
 TEST(LossBehaviour, ReductionNoneKeepsTargetShape) {
   manual_seed(3);
   Tensor x = randn({2, 4, 3, 5});
   Tensor t = randint(0, 4, {2, 3, 5});
-  EXPECT_EQ(F::cross_entropy(x, t, {}, -100, "none").sizes().vec(), (std::vector<int64_t>{2, 3, 5}));
-  EXPECT_EQ(F::cross_entropy(randn({4}), tensor({int64_t{1}}).reshape({}), {}, -100, "none").dim(), 0);
-  EXPECT_EQ(F::cross_entropy(x, x.softmax(1), {}, -100, "none").sizes().vec(), (std::vector<int64_t>{2, 3, 5}));
-  EXPECT_EQ(F::binary_cross_entropy_with_logits(x, x.sigmoid(), {}, {}, "none").sizes().vec(), x.sizes().vec());
+  EXPECT_EQ(F::cross_entropy(x, t, F::CrossEntropyFuncOptions().reduction(kNone)).sizes().vec(),
+            (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_EQ(
+      F::cross_entropy(randn({4}), tensor({int64_t{1}}).reshape({}), F::CrossEntropyFuncOptions().reduction(kNone))
+          .dim(),
+      0);
+  EXPECT_EQ(F::cross_entropy(x, x.softmax(1), F::CrossEntropyFuncOptions().reduction(kNone)).sizes().vec(),
+            (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_EQ(
+      F::binary_cross_entropy_with_logits(x, x.sigmoid(), F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(kNone))
+          .sizes()
+          .vec(),
+      x.sizes().vec());
 }
 
 TEST(LossBehaviour, BinaryCrossEntropyIsFiniteAtZeroAndOne) {
   // PyTorch: log clamped at -100, gradient w * (x - t) / max(x (1 - x), 1e-12)
   Tensor x = f64({0, 1, 0, 1}, {4}).requires_grad_();
   Tensor t = f64({1, 0, 0, 1}, {4});
-  Tensor y = F::binary_cross_entropy(x, t, {}, "none");
+  Tensor y = F::binary_cross_entropy(x, t, F::BinaryCrossEntropyFuncOptions().reduction(kNone));
   EXPECT_TRUE(tensors_close(y, f64({100, 100, 0, 0}, {4}), 0, 0));
   y.sum().backward();
   EXPECT_TRUE(tensors_close(x.grad(), f64({-1e12, 1e12, 0, 0}, {4}), 1e-15, 0));
@@ -232,7 +253,7 @@ TEST(LossBehaviour, BinaryCrossEntropyIsFiniteAtZeroAndOne) {
 TEST(LossBehaviour, BceWithLogitsIsStableForLargeLogits) {
   Tensor x = f64({-1000, 1000, -1000, 1000}, {4}).requires_grad_();
   Tensor t = f64({0, 1, 1, 0}, {4});
-  Tensor y = F::binary_cross_entropy_with_logits(x, t, {}, {}, "none");
+  Tensor y = F::binary_cross_entropy_with_logits(x, t, F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(kNone));
   EXPECT_TRUE(tensors_close(y, f64({0, 0, 1000, 1000}, {4}), 0, 0));
   y.sum().backward();
   EXPECT_TRUE(tensors_close(x.grad(), f64({0, 0, -1, 1}, {4}), 0, 0));
@@ -262,44 +283,61 @@ std::vector<GradCase> grad_cases() {
   for (const char* r : {"none", "mean", "sum"}) {
     const std::string s = r;
     const Reduction red(r);
-    cases.push_back({"mse_" + s, [red](const variable_list& v) { return variable_list{F::mse_loss(v[0], v[1], red)}; },
-                     {rg(x), rg(t)}});
-    cases.push_back({"l1_" + s, [red](const variable_list& v) { return variable_list{F::l1_loss(v[0], v[1], red)}; },
-                     {rg(x), rg(t)}});
+    cases.push_back(
+        {"mse_" + s,
+         [red](const variable_list& v) { return variable_list{F::mse_loss(v[0], v[1], F::MSELossFuncOptions(red))}; },
+         {rg(x), rg(t)}});
+    cases.push_back(
+        {"l1_" + s,
+         [red](const variable_list& v) { return variable_list{F::l1_loss(v[0], v[1], F::L1LossFuncOptions(red))}; },
+         {rg(x), rg(t)}});
     cases.push_back({"smooth_l1_" + s,
-                     [red](const variable_list& v) { return variable_list{F::smooth_l1_loss(v[0], v[1], red, 0.7)}; },
+                     [red](const variable_list& v) {
+                       return variable_list{
+                           F::smooth_l1_loss(v[0], v[1], F::SmoothL1LossFuncOptions().reduction(red).beta(0.7))};
+                     },
                      {rg(x), rg(t)}});
     cases.push_back({"huber_" + s,
-                     [red](const variable_list& v) { return variable_list{F::huber_loss(v[0], v[1], red, 0.6)}; },
+                     [red](const variable_list& v) {
+                       return variable_list{
+                           F::huber_loss(v[0], v[1], F::HuberLossFuncOptions().reduction(red).delta(0.6))};
+                     },
                      {rg(x), rg(t)}});
     cases.push_back({"cross_entropy_w_ls_" + s,
                      [red, idx, w](const variable_list& v) {
-                       return variable_list{F::cross_entropy(v[0], idx, w, -100, red, 0.1)};
+                       return variable_list{F::cross_entropy(
+                           v[0], idx, F::CrossEntropyFuncOptions().weight(w).reduction(red).label_smoothing(0.1))};
                      },
                      {rg(logits)}});
     cases.push_back({"cross_entropy_k4_" + s,
                      [red, tk](const variable_list& v) {
-                       return variable_list{F::cross_entropy(v[0], tk, Tensor(), -100, red)};
+                       return variable_list{F::cross_entropy(v[0], tk, F::CrossEntropyFuncOptions().reduction(red))};
                      },
                      {rg(xk)}});
     cases.push_back({"cross_entropy_probs_w_ls_" + s,
                      [red, w](const variable_list& v) {
-                       return variable_list{F::cross_entropy(v[0], v[1], w, -100, red, 0.2)};
+                       return variable_list{F::cross_entropy(
+                           v[0], v[1], F::CrossEntropyFuncOptions().weight(w).reduction(red).label_smoothing(0.2))};
                      },
                      {rg(logits), rg(probs)}});
     cases.push_back({"nll_w_" + s,
-                     [red, idx, w](const variable_list& v) { return variable_list{F::nll_loss(v[0], idx, w, -100, red)}; },
+                     [red, idx, w](const variable_list& v) {
+                       return variable_list{F::nll_loss(v[0], idx, F::NLLLossFuncOptions().weight(w).reduction(red))};
+                     },
                      {rg(logits)}});
     cases.push_back({"bce_" + s,
                      [red, bw](const variable_list& v) {
-                       return variable_list{F::binary_cross_entropy(v[0], v[1], bw, red)};
+                       return variable_list{F::binary_cross_entropy(
+                           v[0], v[1], F::BinaryCrossEntropyFuncOptions().weight(bw).reduction(red))};
                      },
                      {rg(p), rg(pt)}});
-    cases.push_back({"bce_with_logits_" + s,
-                     [red](const variable_list& v) {
-                       return variable_list{F::binary_cross_entropy_with_logits(v[0], v[1], v[2], v[3], red)};
-                     },
-                     {rg(x * 3), rg(pt), rg(bw), rg(pw)}});
+    cases.push_back(
+        {"bce_with_logits_" + s,
+         [red](const variable_list& v) {
+           return variable_list{F::binary_cross_entropy_with_logits(
+               v[0], v[1], F::BinaryCrossEntropyWithLogitsFuncOptions().weight(v[2]).pos_weight(v[3]).reduction(red))};
+         },
+         {rg(x * 3), rg(pt), rg(bw), rg(pw)}});
   }
   cases.push_back({"cross_entropy_unbatched",
                    [](const variable_list& v) { return variable_list{F::cross_entropy(v[0], tensor({int64_t{2}}).reshape({}))}; },
@@ -328,8 +366,11 @@ TEST(LossGradcheck, SecondDerivatives) {
 TEST(LossErrors, CrossEntropyAndNllLoss) {
   manual_seed(0);
   Tensor x = randn({3, 5});
-  auto ce = [](const Tensor& in, const Tensor& t, const Tensor& w = Tensor(), int64_t ii = -100,
-               const char* r = "mean", double ls = 0.0) { return F::cross_entropy(in, t, w, ii, r, ls); };
+  auto ce = [](const Tensor& in, const Tensor& t, const Tensor& w = Tensor(), int64_t ii = -100, const char* r = "mean",
+               double ls = 0.0) {
+    return F::cross_entropy(in, t,
+                            F::CrossEntropyFuncOptions().weight(w).ignore_index(ii).reduction(r).label_smoothing(ls));
+  };
   expect_error<std::invalid_argument>([&] { ce(x, tensor({1, 2, 3, 4})); },
                                       "Expected input batch_size (3) to match target batch_size (4).");
   expect_error<std::out_of_range>([&] { ce(x, tensor({1, 2, 5})); }, "Target 5 is out of bounds.");
@@ -378,10 +419,15 @@ TEST(LossErrors, CrossEntropyAndNllLoss) {
                                       "Expected 1 or more dimensions (got 0)");
   expect_error<std::invalid_argument>([&] { F::nll_loss(randn({2, 3, 4, 5}), randint(0, 3, {3, 4, 5})); },
                                       "Expected input batch_size (2) to match target batch_size (3).");
-  expect_error<std::runtime_error>([&] { F::nll_loss(randn({2, 3, 4, 5}), randint(0, 3, {2, 4, 5}), ones({2})); },
-                                   "weight tensor should be defined either for all or no classes");
   expect_error<std::runtime_error>(
-      [&] { F::nll_loss(randn({2, 3}), randint(0, 3, {2}), ones({3, 1})); },
+      [&] {
+        F::nll_loss(randn({2, 3, 4, 5}), randint(0, 3, {2, 4, 5}), F::NLLLossFuncOptions().weight(ones({2})));
+      },
+      "weight tensor should be defined either for all or no classes");
+  expect_error<std::runtime_error>(
+      [&] {
+        F::nll_loss(randn({2, 3}), randint(0, 3, {2}), F::NLLLossFuncOptions().weight(ones({3, 1})));
+      },
       "weight tensor should be defined either for all 3 classes or no classes but got weight tensor of shape: [3, 1]");
   expect_error<std::out_of_range>([&] { F::nll_loss(randn({2, 3}), tensor({-1, 0})); }, "Target -1 is out of bounds.");
 }
@@ -397,14 +443,16 @@ TEST(LossErrors, BinaryAndRegressionLosses) {
                                       "(torch.Size([3, 5])) is deprecated. Please ensure they have the same size.");
   expect_error<std::runtime_error>([&] { F::binary_cross_entropy(rand({3, 5}) * 2, rand({3, 5})); },
                                    "all elements of input should be between 0 and 1");
-  expect_error<std::runtime_error>([&] { F::smooth_l1_loss(x, x, "mean", -1.0); },
+  expect_error<std::runtime_error>([&] { F::smooth_l1_loss(x, x, F::SmoothL1LossFuncOptions().beta(-1.0)); },
                                    "smooth_l1_loss does not support negative values for beta.");
-  expect_error<std::runtime_error>([&] { F::huber_loss(x, x, "mean", 0.0); },
+  expect_error<std::runtime_error>([&] { F::huber_loss(x, x, F::HuberLossFuncOptions().delta(0.0)); },
                                    "huber_loss does not support non-positive values for delta.");
-  expect_error<std::runtime_error>([&] { F::huber_loss(x, x, "mean", -1.0); },
+  expect_error<std::runtime_error>([&] { F::huber_loss(x, x, F::HuberLossFuncOptions().delta(-1.0)); },
                                    "huber_loss does not support non-positive values for delta.");
-  EXPECT_ANY_THROW(F::binary_cross_entropy(rand({3, 5}), rand({3, 5}), ones({4})));
-  EXPECT_ANY_THROW(F::binary_cross_entropy_with_logits(x, rand({3, 5}), {}, ones({4})));
+  EXPECT_ANY_THROW(
+      F::binary_cross_entropy(rand({3, 5}), rand({3, 5}), F::BinaryCrossEntropyFuncOptions().weight(ones({4}))));
+  EXPECT_ANY_THROW(F::binary_cross_entropy_with_logits(
+      x, rand({3, 5}), F::BinaryCrossEntropyWithLogitsFuncOptions().pos_weight(ones({4}))));
 }
 
 // ================================================================== modules
@@ -449,7 +497,8 @@ TEST(LossModules, WeightsAreBuffersAsInPyTorch) {
   EXPECT_EQ(cew.weight.dtype(), kFloat64);
   Tensor x = f64({0.1, 0.2, 0.3, 1, 0, -1}, {2, 3});
   Tensor t = tensor({2, 0});
-  EXPECT_TRUE(tensors_close(cew(x, t), F::cross_entropy(x, t, w.to(kFloat64)), 1e-15, 0));
+  EXPECT_TRUE(
+      tensors_close(cew(x, t), F::cross_entropy(x, t, F::CrossEntropyFuncOptions().weight(w.to(kFloat64))), 1e-15, 0));
 }
 
 TEST(LossModules, ForwardIsTheFunctionalLoss) {
@@ -457,17 +506,28 @@ TEST(LossModules, ForwardIsTheFunctionalLoss) {
   Tensor x = randn({4, 3}), t = randint(0, 3, {4}), y = rand({4, 3});
   Tensor w = rand({3}) + 0.5;
   auto same = [](const Tensor& a, const Tensor& b) { return tensors_close(a, b, 0, 0); };
-  EXPECT_TRUE(same(nn::MSELoss(nn::MSELossOptions(Reduction::Sum))(x, y), F::mse_loss(x, y, "sum")));
-  EXPECT_TRUE(same(nn::L1Loss(nn::L1LossOptions().reduction("none"))(x, y), F::l1_loss(x, y, "none")));
-  EXPECT_TRUE(same(nn::SmoothL1Loss(nn::SmoothL1LossOptions().beta(0.3))(x, y), F::smooth_l1_loss(x, y, "mean", 0.3)));
-  EXPECT_TRUE(same(nn::HuberLoss(nn::HuberLossOptions("sum").delta(0.4))(x, y), F::huber_loss(x, y, "sum", 0.4)));
+  EXPECT_TRUE(
+      same(nn::MSELoss(nn::MSELossOptions(Reduction::Sum))(x, y), F::mse_loss(x, y, F::MSELossFuncOptions(kSum))));
+  EXPECT_TRUE(
+      same(nn::L1Loss(nn::L1LossOptions().reduction("none"))(x, y), F::l1_loss(x, y, F::L1LossFuncOptions(kNone))));
+  EXPECT_TRUE(same(nn::SmoothL1Loss(nn::SmoothL1LossOptions().beta(0.3))(x, y),
+                   F::smooth_l1_loss(x, y, F::SmoothL1LossFuncOptions().beta(0.3))));
+  EXPECT_TRUE(same(nn::HuberLoss(nn::HuberLossOptions("sum").delta(0.4))(x, y),
+                   F::huber_loss(x, y, F::HuberLossFuncOptions().reduction(kSum).delta(0.4))));
   nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().weight(w).ignore_index(1).label_smoothing(0.2).reduction("sum"));
-  EXPECT_TRUE(same(ce(x, t), F::cross_entropy(x, t, w, 1, "sum", 0.2)));
+  EXPECT_TRUE(
+      same(ce(x, t),
+           F::cross_entropy(
+               x, t, F::CrossEntropyFuncOptions().weight(w).ignore_index(1).reduction(kSum).label_smoothing(0.2))));
   nn::NLLLoss nll(nn::NLLLossOptions().weight(w).ignore_index(0));
-  EXPECT_TRUE(same(nll(x.log_softmax(1), t), F::nll_loss(x.log_softmax(1), t, w, 0)));
-  EXPECT_TRUE(same(nn::BCELoss(nn::BCELossOptions().weight(w))(y, y.square()), F::binary_cross_entropy(y, y.square(), w)));
+  EXPECT_TRUE(same(nll(x.log_softmax(1), t),
+                   F::nll_loss(x.log_softmax(1), t, F::NLLLossFuncOptions().weight(w).ignore_index(0))));
+  EXPECT_TRUE(same(nn::BCELoss(nn::BCELossOptions().weight(w))(y, y.square()),
+                   F::binary_cross_entropy(y, y.square(), F::BinaryCrossEntropyFuncOptions().weight(w))));
   nn::BCEWithLogitsLoss bl(nn::BCEWithLogitsLossOptions().weight(w).pos_weight(w * 2).reduction("none"));
-  EXPECT_TRUE(same(bl(x, y), F::binary_cross_entropy_with_logits(x, y, w, w * 2, "none")));
+  EXPECT_TRUE(same(
+      bl(x, y), F::binary_cross_entropy_with_logits(
+                    x, y, F::BinaryCrossEntropyWithLogitsFuncOptions().weight(w).pos_weight(w * 2).reduction(kNone))));
 }
 
 TEST(LossModules, CallTakesInputAndTargetPositionallyOrByKeyword) {

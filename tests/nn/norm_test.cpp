@@ -60,7 +60,7 @@ TEST(FunctionalLayerNormTest, ForwardAndBackwardMatchPyTorch) {
     const double eps = fx().doubles(c + "eps")[0];
     Tensor x = leaf(c + "x");
     Tensor w = p[0] ? leaf(c + "w") : Tensor(), b = p[0] ? leaf(c + "b") : Tensor();
-    Tensor out = F::layer_norm(x, shape, w, b, eps);
+    Tensor out = F::layer_norm(x, F::LayerNormFuncOptions(shape).weight(w).bias(b).eps(eps));
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 1e-5, 1e-5));
     out.backward(get(c + "g"));
     EXPECT_TRUE(tensors_close(x.grad(), get(c + "dx"), 1e-4, 1e-5));
@@ -75,26 +75,33 @@ TEST(FunctionalLayerNormTest, Gradcheck) {
   manual_seed(11);
   Tensor x = f64({3, 2, 4}, 2, 0.5), w = f64({2, 4}), b = f64({2, 4});
   EXPECT_TRUE(autograd::gradcheck(
-      [](const variable_list& in) { return variable_list{F::layer_norm(in[0], {2, 4}, in[1], in[2], 1e-5)}; },
+      [](const variable_list& in) {
+        return variable_list{F::layer_norm(in[0], F::LayerNormFuncOptions({2, 4}).weight(in[1]).bias(in[2]).eps(1e-5))};
+      },
       {x, w, b}));
   EXPECT_TRUE(autograd::gradcheck(
-      [](const variable_list& in) { return variable_list{F::layer_norm(in[0], {4}, Tensor(), Tensor(), 1e-3)}; }, {x}));
+      [](const variable_list& in) {
+        return variable_list{F::layer_norm(in[0], F::LayerNormFuncOptions({4}).eps(1e-3))};
+      },
+      {x}));
   EXPECT_TRUE(autograd::gradgradcheck(
-      [](const variable_list& in) { return variable_list{F::layer_norm(in[0], {4}, in[1], Tensor())}; },
+      [](const variable_list& in) {
+        return variable_list{F::layer_norm(in[0], F::LayerNormFuncOptions({4}).weight(in[1]))};
+      },
       {f64({2, 4}), f64({4})}));
 }
 
 TEST(FunctionalLayerNormTest, Errors) {
   Tensor x = randn({2, 3});
-  expect_error([&] { F::layer_norm(x, {4}); },
+  expect_error([&] { F::layer_norm(x, F::LayerNormFuncOptions({4})); },
                "Given normalized_shape=[4], expected input with shape [*, 4], but got input of size[2, 3]");
-  expect_error([&] { F::layer_norm(x, {3}, ones({4})); },
+  expect_error([&] { F::layer_norm(x, F::LayerNormFuncOptions({3}).weight(ones({4}))); },
                "Expected weight to be of same shape as normalized_shape, but got weight of shape [4] and "
                "normalized_shape = [3]");
-  expect_error([&] { F::layer_norm(x, {3}, Tensor(), ones({2})); },
+  expect_error([&] { F::layer_norm(x, F::LayerNormFuncOptions({3}).bias(ones({2}))); },
                "Expected bias to be of same shape as normalized_shape, but got bias of shape [2] and "
                "normalized_shape = [3]");
-  expect_error([&] { F::layer_norm(x, std::vector<int64_t>{}); },
+  expect_error([&] { F::layer_norm(x, F::LayerNormFuncOptions(std::vector<int64_t>{})); },
                "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, but "
                "got normalized_shape = []");
 }
@@ -137,7 +144,8 @@ TEST(FunctionalBatchNormTest, ForwardBackwardAndRunningStatsMatchPyTorch) {
     Tensor x = leaf(c + "x");
     Tensor rm = p[1] ? get(c + "rm") : Tensor(), rv = p[1] ? get(c + "rv") : Tensor();
     Tensor w = p[2] ? leaf(c + "w") : Tensor(), b = p[2] ? leaf(c + "b") : Tensor();
-    Tensor out = F::batch_norm(x, rm, rv, w, b, p[0] != 0, hyper[0], hyper[1]);
+    Tensor out = F::batch_norm(
+        x, rm, rv, F::BatchNormFuncOptions().weight(w).bias(b).training(p[0] != 0).momentum(hyper[0]).eps(hyper[1]));
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 1e-5, 1e-5));
     if (p[1]) {
       EXPECT_TRUE(tensors_close(rm, get(c + "rm_after"), 1e-6, 1e-6));
@@ -159,34 +167,53 @@ TEST(FunctionalBatchNormTest, GradcheckTrainAndEval) {
   // training: batch statistics (running stats updated on copies, so that every call sees the same)
   EXPECT_TRUE(autograd::gradcheck(
       [&](const variable_list& in) {
-        return variable_list{F::batch_norm(in[0], rm.clone(), rv.clone(), in[1], in[2], true, 0.1, 1e-5)};
+        return variable_list{
+            F::batch_norm(in[0], rm.clone(), rv.clone(),
+                          F::BatchNormFuncOptions().weight(in[1]).bias(in[2]).training(true).momentum(0.1).eps(1e-5))};
       },
       {x, w, b}));
   EXPECT_TRUE(autograd::gradcheck(
-      [](const variable_list& in) { return variable_list{F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true)}; },
+      [](const variable_list& in) {
+        return variable_list{F::batch_norm(in[0], Tensor(), Tensor(), F::BatchNormFuncOptions().training(true))};
+      },
       {f64({3, 2, 2, 2})}));
   // eval: running statistics
   EXPECT_TRUE(autograd::gradcheck(
       [&](const variable_list& in) {
-        return variable_list{F::batch_norm(in[0], rm, rv, in[1], in[2], false, 0.1, 1e-5)};
+        return variable_list{
+            F::batch_norm(in[0], rm, rv,
+                          F::BatchNormFuncOptions().weight(in[1]).bias(in[2]).training(false).momentum(0.1).eps(1e-5))};
       },
       {x, w, b}));
   EXPECT_TRUE(autograd::gradgradcheck(
       [&](const variable_list& in) {
-        return variable_list{F::batch_norm(in[0], Tensor(), Tensor(), in[1], Tensor(), true)};
+        return variable_list{
+            F::batch_norm(in[0], Tensor(), Tensor(), F::BatchNormFuncOptions().weight(in[1]).training(true))};
       },
       {f64({3, 2}), f64({2})}));
 }
 
 TEST(FunctionalBatchNormTest, Errors) {
-  expect_error([] { F::batch_norm(randn({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), true); },
-               "Expected more than 1 value per channel when training, got input size [1, 3]");
-  expect_error([] { F::batch_norm(randn({2, 3}), zeros({4}), ones({3}), Tensor(), Tensor(), true); },
-               "running_mean should contain 3 elements not 4");
-  expect_error([] { F::batch_norm(randn({2, 3}), zeros({3}), ones({3}), ones({2}), Tensor(), true); },
-               "weight should contain 3 elements not 2");
-  expect_error([] { F::batch_norm(randn({2, 3}), Tensor(), Tensor(), Tensor(), Tensor(), false); },
-               "running_mean must be defined in evaluation mode");
+  expect_error(
+      [] {
+        F::batch_norm(randn({1, 3}), zeros({3}), ones({3}), F::BatchNormFuncOptions().training(true));
+      },
+      "Expected more than 1 value per channel when training, got input size [1, 3]");
+  expect_error(
+      [] {
+        F::batch_norm(randn({2, 3}), zeros({4}), ones({3}), F::BatchNormFuncOptions().training(true));
+      },
+      "running_mean should contain 3 elements not 4");
+  expect_error(
+      [] {
+        F::batch_norm(randn({2, 3}), zeros({3}), ones({3}), F::BatchNormFuncOptions().weight(ones({2})).training(true));
+      },
+      "weight should contain 3 elements not 2");
+  expect_error(
+      [] {
+        F::batch_norm(randn({2, 3}), Tensor(), Tensor(), F::BatchNormFuncOptions().training(false));
+      },
+      "running_mean must be defined in evaluation mode");
 }
 
 // ---------------------------------------------------------------- BatchNorm1d / BatchNorm2d
@@ -277,7 +304,8 @@ TEST(BatchNormTest, ParametersAndBuffers) {
             (std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"}));
   plain->eval();
   Tensor x = randn({5, 4});
-  EXPECT_TRUE(tensors_close((*plain)(x), F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), 0, 0));
+  EXPECT_TRUE(
+      tensors_close((*plain)(x), F::batch_norm(x, Tensor(), Tensor(), F::BatchNormFuncOptions().training(true)), 0, 0));
 }
 
 TEST(BatchNormTest, ModuleGradcheckTrainAndEval) {

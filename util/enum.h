@@ -1,0 +1,47 @@
+// The enum-like constants of the options structs, spelled as libtorch's (troupe::kMean, kSum, kNone, kSame,
+// kValid, kZeros, kConstant, kReflect, kReplicate, kCircular): each is the one value of its own tag type in
+// troupe::enumtype, so an option accepts exactly the constants it supports, and each converts to the string
+// PyTorch's Python API uses ("mean", "same", "reflect", ...) for options that keep that string.
+//
+//   nn::MSELossOptions(troupe::kSum);  nn::Conv2dOptions(3, 8, 3).padding(troupe::kSame);
+#pragma once
+
+#include <string>
+
+namespace troupe {
+namespace enumtype {
+
+/// Declares the tag type k<Name>, converting to the string `python_name`.
+#define TROUPE_ENUM_TAG(Name, python_name)               \
+  struct k##Name {                                       \
+    operator std::string() const { return python_name; } \
+  };
+
+TROUPE_ENUM_TAG(None, "none")
+TROUPE_ENUM_TAG(Mean, "mean")
+TROUPE_ENUM_TAG(Sum, "sum")
+TROUPE_ENUM_TAG(Valid, "valid")
+TROUPE_ENUM_TAG(Same, "same")
+TROUPE_ENUM_TAG(Zeros, "zeros")
+TROUPE_ENUM_TAG(Constant, "constant")
+TROUPE_ENUM_TAG(Reflect, "reflect")
+TROUPE_ENUM_TAG(Replicate, "replicate")
+TROUPE_ENUM_TAG(Circular, "circular")
+
+#undef TROUPE_ENUM_TAG
+
+}  // namespace enumtype
+
+/// The constants themselves: `reduction(troupe::kNone)`.
+inline constexpr enumtype::kNone kNone{};
+inline constexpr enumtype::kMean kMean{};
+inline constexpr enumtype::kSum kSum{};
+inline constexpr enumtype::kValid kValid{};
+inline constexpr enumtype::kSame kSame{};
+inline constexpr enumtype::kZeros kZeros{};
+inline constexpr enumtype::kConstant kConstant{};
+inline constexpr enumtype::kReflect kReflect{};
+inline constexpr enumtype::kReplicate kReplicate{};
+inline constexpr enumtype::kCircular kCircular{};
+
+}  // namespace troupe
