@@ -72,16 +72,16 @@ void DataLoader::advance(Iterator::Epoch& epoch) {
   epoch.position += count;
 }
 
-troupe::OrderedDict<Tensor> DataLoader::state_dict() const {
+troupe::OrderedDict<std::string, Tensor> DataLoader::state_dict() const {
   const std::vector<uint8_t> state = generator_.get_state();
   Tensor t = empty({static_cast<int64_t>(state.size())}, TensorOptions().dtype(kUInt8));
   std::copy(state.begin(), state.end(), t.data_ptr<uint8_t>());
-  troupe::OrderedDict<Tensor> sd;
+  troupe::OrderedDict<std::string, Tensor> sd;
   sd.insert("generator_state", t);
   return sd;
 }
 
-void DataLoader::load_state_dict(const troupe::OrderedDict<Tensor>& state_dict) {
+void DataLoader::load_state_dict(const troupe::OrderedDict<std::string, Tensor>& state_dict) {
   for (const auto& [key, value] : state_dict)
     if (key != "generator_state")
       throw std::invalid_argument("[DataLoader::load_state_dict] unexpected key '" + key +

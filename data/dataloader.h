@@ -103,9 +103,9 @@ class DataLoader {
 
   /// What a resumed run needs to shuffle the next epochs as the uninterrupted run would: one entry,
   /// "generator_state", the generator's state (uint8, Generator::kStateSize bytes), as an nn::StateDict.
-  troupe::OrderedDict<Tensor> state_dict() const;
+  troupe::OrderedDict<std::string, Tensor> state_dict() const;
   /// Restores a state_dict(); throws std::invalid_argument naming the missing, unexpected or malformed entry.
-  void load_state_dict(const troupe::OrderedDict<Tensor>& state_dict);
+  void load_state_dict(const troupe::OrderedDict<std::string, Tensor>& state_dict);
 
  private:
   /// Fills epoch.batch with the next batch, or marks the epoch done; makes the end-of-sampler draw.

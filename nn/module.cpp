@@ -251,8 +251,8 @@ ModulePtr self_ptr(Module* m) {
 }
 }  // namespace
 
-OrderedDict<ModulePtr> Module::named_modules(const std::string& prefix, bool remove_duplicate) {
-  OrderedDict<ModulePtr> out;
+OrderedDict<std::string, ModulePtr> Module::named_modules(const std::string& prefix, bool remove_duplicate) {
+  OrderedDict<std::string, ModulePtr> out;
   std::unordered_set<const Module*> memo;
   // iterative pre-order walk over (prefix, module)
   std::vector<std::pair<std::string, ModulePtr>> stack{{prefix, self_ptr(this)}};
@@ -270,8 +270,8 @@ OrderedDict<ModulePtr> Module::named_modules(const std::string& prefix, bool rem
 
 std::vector<ModulePtr> Module::modules() { return named_modules().values(); }
 
-OrderedDict<ModulePtr> Module::named_children() const {
-  OrderedDict<ModulePtr> out;
+OrderedDict<std::string, ModulePtr> Module::named_children() const {
+  OrderedDict<std::string, ModulePtr> out;
   std::unordered_set<const Module*> memo;
   for (const auto& [k, c] : children_)
     if (c && memo.insert(c.get()).second) out.insert_or_assign(k, c);
@@ -284,9 +284,9 @@ namespace {
 // _named_members: walks modules (pre-order, de-duplicated when remove_duplicate) and yields the
 // members of each, de-duplicating tensors by identity when remove_duplicate.
 template <class Get>
-OrderedDict<Tensor> named_members(const Module& root, const std::string& prefix, bool recurse,
+OrderedDict<std::string, Tensor> named_members(const Module& root, const std::string& prefix, bool recurse,
                                   bool remove_duplicate, Get get) {
-  OrderedDict<Tensor> out;
+  OrderedDict<std::string, Tensor> out;
   std::unordered_set<const TensorImpl*> seen;
   std::unordered_set<const Module*> memo;
   std::vector<std::pair<std::string, const Module*>> stack{{prefix, &root}};
@@ -308,15 +308,15 @@ OrderedDict<Tensor> named_members(const Module& root, const std::string& prefix,
 }
 }  // namespace
 
-OrderedDict<Tensor> Module::named_parameters(const std::string& prefix, bool recurse, bool remove_duplicate) const {
+OrderedDict<std::string, Tensor> Module::named_parameters(const std::string& prefix, bool recurse, bool remove_duplicate) const {
   return named_members(*this, prefix, recurse, remove_duplicate,
-                       [](const Module& m) -> const OrderedDict<Tensor>& { return m.parameters_dict(); });
+                       [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.parameters_dict(); });
 }
 std::vector<Tensor> Module::parameters(bool recurse) const { return named_parameters("", recurse).values(); }
 
-OrderedDict<Tensor> Module::named_buffers(const std::string& prefix, bool recurse, bool remove_duplicate) const {
+OrderedDict<std::string, Tensor> Module::named_buffers(const std::string& prefix, bool recurse, bool remove_duplicate) const {
   return named_members(*this, prefix, recurse, remove_duplicate,
-                       [](const Module& m) -> const OrderedDict<Tensor>& { return m.buffers_dict(); });
+                       [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.buffers_dict(); });
 }
 std::vector<Tensor> Module::buffers(bool recurse) const { return named_buffers("", recurse).values(); }
 
@@ -482,8 +482,8 @@ void Module::copy_state_from_(const Module& src, const std::optional<Device>& de
   // Entries follow the source's order. A tensor that reset() registered keeps its identity (the
   // layer's member stays valid) and takes a copy of the source's data; one the source shares with
   // an entry copied before maps to that entry's copy (its member then aliases the copy's data).
-  auto copy_entries = [&](const OrderedDict<Tensor>& from, OrderedDict<Tensor>& mine, const char* kind) {
-    OrderedDict<Tensor> out;
+  auto copy_entries = [&](const OrderedDict<std::string, Tensor>& from, OrderedDict<std::string, Tensor>& mine, const char* kind) {
+    OrderedDict<std::string, Tensor> out;
     for (const auto& [key, s] : from) {
       const Tensor* slot = mine.find(key);
       Tensor d = slot ? *slot : Tensor();
@@ -519,7 +519,7 @@ void Module::copy_state_from_(const Module& src, const std::optional<Device>& de
   copy_entries(src.buffers_, buffers_, "buffer");
   non_persistent_buffers_ = src.non_persistent_buffers_;
 
-  OrderedDict<ModulePtr> kids;
+  OrderedDict<std::string, ModulePtr> kids;
   for (const auto& [key, sc] : src.children_) {
     if (!sc) {
       kids.insert_or_assign(key, nullptr);

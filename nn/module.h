@@ -172,17 +172,17 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---------------------------------------------------------------------------------------------
   // Traversal (dotted names as in PyTorch: "net.l0.weight")
 
-  virtual OrderedDict<Tensor> named_parameters(const std::string& prefix = "", bool recurse = true,
+  virtual OrderedDict<std::string, Tensor> named_parameters(const std::string& prefix = "", bool recurse = true,
                                                bool remove_duplicate = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
-  virtual OrderedDict<Tensor> named_buffers(const std::string& prefix = "", bool recurse = true,
+  virtual OrderedDict<std::string, Tensor> named_buffers(const std::string& prefix = "", bool recurse = true,
                                             bool remove_duplicate = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   /// Immediate children, without null entries.
-  virtual OrderedDict<ModulePtr> named_children() const;
+  virtual OrderedDict<std::string, ModulePtr> named_children() const;
   std::vector<ModulePtr> children() const;
   /// Pre-order over the tree, this module first (as shared_ptr: call on a module held by shared_ptr).
-  virtual OrderedDict<ModulePtr> named_modules(const std::string& prefix = "", bool remove_duplicate = true);
+  virtual OrderedDict<std::string, ModulePtr> named_modules(const std::string& prefix = "", bool remove_duplicate = true);
   std::vector<ModulePtr> modules();
 
   /// The module at a dotted path ("" is this module); errors as PyTorch's AttributeError texts.
@@ -191,9 +191,9 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual Tensor get_buffer(const std::string& target);
 
   /// Direct members, including null entries (PyTorch's _parameters, _buffers, _modules).
-  const OrderedDict<Tensor>& parameters_dict() const { return parameters_; }
-  const OrderedDict<Tensor>& buffers_dict() const { return buffers_; }
-  const OrderedDict<ModulePtr>& children_dict() const { return children_; }
+  const OrderedDict<std::string, Tensor>& parameters_dict() const { return parameters_; }
+  const OrderedDict<std::string, Tensor>& buffers_dict() const { return buffers_; }
+  const OrderedDict<std::string, ModulePtr>& children_dict() const { return children_; }
 
   // ---------------------------------------------------------------------------------------------
   // Tree-wide operations
@@ -316,10 +316,10 @@ class Module : public std::enable_shared_from_this<Module> {
   void copy_state_from_(const Module& src, const std::optional<Device>& device, CloneMemo& memo);
 
   bool training_ = true;
-  OrderedDict<Tensor> parameters_;
-  OrderedDict<Tensor> buffers_;
+  OrderedDict<std::string, Tensor> parameters_;
+  OrderedDict<std::string, Tensor> buffers_;
   std::vector<std::string> non_persistent_buffers_;
-  OrderedDict<ModulePtr> children_;
+  OrderedDict<std::string, ModulePtr> children_;
 
  private:
   template <class F>

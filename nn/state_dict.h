@@ -8,6 +8,6 @@
 namespace troupe::nn {
 
 /// A state_dict: dotted names -> tensors, in PyTorch's order.
-using StateDict = OrderedDict<Tensor>;
+using StateDict = OrderedDict<std::string, Tensor>;
 
 }  // namespace troupe::nn

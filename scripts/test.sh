@@ -3,7 +3,7 @@
 #   bash scripts/test.sh [--sanitize] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
 #   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
-#                TROUPE_SANITIZE_SUITES (default "tensor nn optim data"),
+#                TROUPE_SANITIZE_SUITES (default "tensor nn optim data util"),
 #                ctest -L <suite> for each
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +40,7 @@ if [[ $sanitize == 1 ]]; then
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF \
     -DTROUPE_BUILD_EXAMPLES=OFF
-  suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data})
+  suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data util})
   targets=()
   for suite in "${suites[@]}"; do
     if cmake --build "$build" --target help 2>/dev/null | grep -q "^${suite}_tests:"; then

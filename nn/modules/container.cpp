@@ -29,7 +29,7 @@ size_t insert_index(int64_t index, size_t n) {
 Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
   for (const auto& m : modules) push_back(m);
 }
-Sequential::Sequential(const OrderedDict<ModulePtr>& named) {
+Sequential::Sequential(const OrderedDict<std::string, ModulePtr>& named) {
   for (const auto& [k, m] : named) register_module(k, m);
 }
 Sequential::Sequential(const std::vector<std::pair<std::string, ModulePtr>>& named) {
@@ -78,20 +78,20 @@ Sequential& Sequential::insert(int64_t index, ModulePtr module) {
 }
 ModulePtr Sequential::pop(int64_t index) {
   size_t i = normalize_index(index, children_.size(), "Sequential");
-  ModulePtr m = children_.item(i).second;
-  children_.erase(children_.item(i).first);
+  ModulePtr m = children_[i].second;
+  children_.erase(children_[i].first);
   renumber();
   return m;
 }
 ModulePtr Sequential::operator[](int64_t index) const {
-  return children_.item(normalize_index(index, children_.size(), "Sequential")).second;
+  return children_[normalize_index(index, children_.size(), "Sequential")].second;
 }
 std::shared_ptr<Sequential> Sequential::slice(int64_t start, int64_t end) const {
   int64_t n = static_cast<int64_t>(children_.size());
   auto clamp = [n](int64_t i) { return i < 0 ? std::max<int64_t>(0, i + n) : std::min(i, n); };
   auto out = std::make_shared<Sequential>();
   for (int64_t i = clamp(start); i < clamp(end); ++i) {
-    const auto& it = children_.item(static_cast<size_t>(i));
+    const auto& it = children_[static_cast<size_t>(i)];
     out->register_module(it.first, it.second);
   }
   return out;
@@ -137,13 +137,13 @@ ModuleList& ModuleList::insert(int64_t index, ModulePtr module) {
 }
 ModulePtr ModuleList::pop(int64_t index) {
   size_t i = normalize_index(index, children_.size(), "ModuleList");
-  ModulePtr m = children_.item(i).second;
-  children_.erase(children_.item(i).first);
+  ModulePtr m = children_[i].second;
+  children_.erase(children_[i].first);
   renumber();
   return m;
 }
 ModulePtr ModuleList::operator[](int64_t index) const {
-  return children_.item(normalize_index(index, children_.size(), "ModuleList")).second;
+  return children_[normalize_index(index, children_.size(), "ModuleList")].second;
 }
 void ModuleList::set(int64_t index, ModulePtr module) {
   size_t i = normalize_index(index, children_.size(), "ModuleList");
@@ -165,7 +165,7 @@ ModuleDict::ModuleDict(std::initializer_list<std::pair<std::string, ModulePtr>> 
   for (const auto& [k, m] : modules) register_module(k, m);
 }
 ModuleDict::ModuleDict(const std::vector<std::pair<std::string, ModulePtr>>& modules) { update(modules); }
-ModuleDict::ModuleDict(const OrderedDict<ModulePtr>& modules) {
+ModuleDict::ModuleDict(const OrderedDict<std::string, ModulePtr>& modules) {
   for (const auto& [k, m] : modules) register_module(k, m);
 }
 ModulePtr ModuleDict::operator[](const std::string& key) const {
@@ -211,7 +211,7 @@ ParameterList& ParameterList::extend(const std::vector<Tensor>& params) {
   return *this;
 }
 Tensor ParameterList::operator[](int64_t index) const {
-  return parameters_.item(normalize_index(index, parameters_.size(), "ParameterList")).second;
+  return parameters_[normalize_index(index, parameters_.size(), "ParameterList")].second;
 }
 void ParameterList::set(int64_t index, const Tensor& param) {
   size_t i = normalize_index(index, parameters_.size(), "ParameterList");

@@ -27,7 +27,7 @@ class Sequential : public Cloneable<Sequential> {
                                                   (std::is_convertible_v<std::shared_ptr<Ms>, ModulePtr> && ...)>>
   explicit Sequential(std::shared_ptr<Ms>... modules) : Sequential({ModulePtr(std::move(modules))...}) {}
   /// Named children, in order (PyTorch's Sequential(OrderedDict(...))).
-  explicit Sequential(const OrderedDict<ModulePtr>& named);
+  explicit Sequential(const OrderedDict<std::string, ModulePtr>& named);
   explicit Sequential(const std::vector<std::pair<std::string, ModulePtr>>& named);
 
   std::string name() const override { return "Sequential"; }
@@ -100,7 +100,7 @@ class ModuleDict : public Cloneable<ModuleDict> {
   /// ModuleDict({{"relu", relu}, {"lrelu", lrelu}}): insertion order is kept.
   ModuleDict(std::initializer_list<std::pair<std::string, ModulePtr>> modules);
   explicit ModuleDict(const std::vector<std::pair<std::string, ModulePtr>>& modules);
-  explicit ModuleDict(const OrderedDict<ModulePtr>& modules);
+  explicit ModuleDict(const OrderedDict<std::string, ModulePtr>& modules);
 
   std::string name() const override { return "ModuleDict"; }
   /// The module under `key`; throws KeyError-like std::out_of_range naming the key.

@@ -302,7 +302,7 @@ TEST(DataLoader, StateDictResumesTheShuffleSequence) {
   EXPECT_EQ(run_epoch(b), second);
   EXPECT_EQ(run_epoch(b), third);
 
-  troupe::OrderedDict<Tensor> bad;
+  troupe::OrderedDict<std::string, Tensor> bad;
   bad.insert("generator_state", zeros({7}, TensorOptions().dtype(kUInt8)));
   expect_error<std::invalid_argument>([&] { b.load_state_dict(bad); },
                                       {"[DataLoader::load_state_dict] 'generator_state': "});

@@ -468,7 +468,7 @@ TEST(LossModules, PrintAsPyTorch) {
   EXPECT_EQ(nn::BCEWithLogitsLoss().repr(), "BCEWithLogitsLoss()");
 }
 
-std::vector<std::string> keys(const troupe::OrderedDict<Tensor>& d) { return d.keys(); }
+std::vector<std::string> keys(const troupe::OrderedDict<std::string, Tensor>& d) { return d.keys(); }
 
 TEST(LossModules, WeightsAreBuffersAsInPyTorch) {
   using V = std::vector<std::string>;

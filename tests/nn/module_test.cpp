@@ -37,7 +37,7 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 template <class V>
-std::string keys_of(const troupe::OrderedDict<V>& d) {
+std::string keys_of(const troupe::OrderedDict<std::string, V>& d) {
   return join(d.keys());
 }
 
