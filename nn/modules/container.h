@@ -112,7 +112,7 @@ class ModuleDict : public Cloneable<ModuleDict> {
   void clear() { children_.clear(); }
   std::vector<std::string> keys() const { return children_.keys(); }
   std::vector<ModulePtr> values() const { return children_.values(); }
-  const std::vector<std::pair<std::string, ModulePtr>>& items() const { return children_.items(); }
+  const std::vector<OrderedDict<std::string, ModulePtr>::Item>& items() const { return children_.items(); }
   size_t size() const { return children_.size(); }
   bool empty() const { return children_.empty(); }
 };
@@ -162,7 +162,7 @@ class ParameterDict : public Cloneable<ParameterDict> {
   void clear() { parameters_.clear(); }
   std::vector<std::string> keys() const { return parameters_.keys(); }
   std::vector<Tensor> values() const { return parameters_.values(); }
-  const std::vector<std::pair<std::string, Tensor>>& items() const { return parameters_.items(); }
+  const std::vector<OrderedDict<std::string, Tensor>::Item>& items() const { return parameters_.items(); }
   size_t size() const { return parameters_.size(); }
   bool empty() const { return parameters_.empty(); }
 };
