@@ -2,6 +2,8 @@
 // repeat/flip/masked_select/nonzero/tril/triu, and x.index({...}) / x.index_put_({...}, v).
 // Expected values are closed forms, literals computed with PyTorch 1.13 (the Python expression is given
 // beside each), or records of tests/fixtures/index.txt (written by tests/fixtures/gen_index.py).
+// (Over 800 lines, kept whole: the join and index families share the literal helpers and error-text
+// checks at the top, and the file mirrors join.cpp + index_ops.cpp as one suite.)
 #include <gtest/gtest.h>
 
 #include <cmath>

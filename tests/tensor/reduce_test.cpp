@@ -1,6 +1,8 @@
 // Reductions (sum, mean, var/std, prod, max/min, amax/amin, argmax/argmin, logsumexp, softmax, log_softmax,
 // cumsum, all/any, norm, count_nonzero): PyTorch fixtures, closed forms, layouts (transposed, non-adjacent
 // dims, long rows that split across threads), dtypes, edge cases, gradients and error messages.
+// (Over 800 lines, kept whole: every reduction runs through the same fixture reader and layout table at
+// the top; a cut would move those into a header for no reader's gain.)
 #include <gtest/gtest.h>
 
 #include <cmath>
