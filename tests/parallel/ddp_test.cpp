@@ -5,6 +5,8 @@
 #include <troupe/comm/comm.h>
 #include <troupe/optim/optim.h>
 #include <troupe/parallel/parallel.h>
+
+#include "parallel_helpers.h"
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
@@ -22,6 +24,9 @@
 using namespace troupe;
 using namespace troupe::comm;
 using namespace troupe::parallel;
+using troupe::parallel_test::contains;
+using troupe::parallel_test::error_of;
+using troupe::parallel_test::on_local_ranks;
 using namespace std::chrono_literals;
 
 namespace {
@@ -104,27 +109,6 @@ std::vector<std::vector<float>> ddp_training(const ProcessGroupPtr& pg, DDPOptio
   }
   return values(*model);
 }
-
-// Runs fn on n local ranks and returns what each rank's fn returned.
-template <class R>
-std::vector<R> on_local_ranks(int n, const std::function<R(ProcessGroupPtr)>& fn) {
-  std::vector<R> out(static_cast<size_t>(n));
-  GroupOptions o;
-  o.timeout = 60s;
-  run_local(n, [&](ProcessGroupPtr pg) { out[static_cast<size_t>(pg->rank())] = fn(pg); }, o);
-  return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // ---- modules with a parameter the forward may skip
 

@@ -12,6 +12,8 @@
 #include <troupe/comm/comm.h>
 #include <troupe/optim/optim.h>
 #include <troupe/parallel/parallel.h>
+
+#include "parallel_helpers.h"
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
@@ -34,6 +36,9 @@
 using namespace troupe;
 using namespace troupe::comm;
 using namespace troupe::parallel;
+using troupe::parallel_test::contains;
+using troupe::parallel_test::error_of;
+using troupe::parallel_test::on_local_ranks;
 using namespace std::chrono_literals;
 
 namespace {
@@ -162,25 +167,6 @@ struct Trainer {
   void load(const std::string& dir) { fsdp ? fsdp->load_sharded(dir) : zero->load_sharded(dir); }
   std::vector<ShardedTensor> sharded() const { return fsdp ? fsdp->sharded_state_dict() : zero->sharded_state_dict(); }
 };
-
-template <class R>
-std::vector<R> on_local_ranks(int n, const std::function<R(ProcessGroupPtr)>& fn) {
-  std::vector<R> out(static_cast<size_t>(n));
-  GroupOptions o;
-  o.timeout = 60s;
-  run_local(n, [&](ProcessGroupPtr pg) { out[static_cast<size_t>(pg->rank())] = fn(pg); }, o);
-  return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // A fresh directory under the temp dir, removed with the object.
 struct TempDir {
