@@ -4,12 +4,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh --with-torch
+bash scripts/setup.sh   # libtorch is only for the benchmarks (scripts/bench.sh)
 
 build=build
 gen=()
 [[ -f "$build/CMakeCache.txt" ]] || gen=(-G Ninja)
-cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_SANITIZE=OFF -DTROUPE_BUILD_EXAMPLES=ON
+cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_SANITIZE=OFF -DTROUPE_BUILD_EXAMPLES=ON -DTROUPE_BUILD_BENCH=OFF
 
 demo=""
 for candidate in train_digits module_tour tensor_tour; do
