@@ -78,12 +78,12 @@ std::mutex& rng_mutex() {
   return m;
 }
 
-std::shared_ptr<nn::Sequential> make_mlp() {
+std::shared_ptr<nn::SequentialImpl> make_mlp() {
   std::lock_guard<std::mutex> lock(rng_mutex());
   manual_seed(1234);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, kHidden), std::make_shared<nn::ReLU>(),
-                                          std::make_shared<nn::Linear>(kHidden, kHidden), std::make_shared<nn::ReLU>(),
-                                          std::make_shared<nn::Linear>(kHidden, kOut));
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(kIn, kHidden), std::make_shared<nn::ReLUImpl>(),
+                                          std::make_shared<nn::LinearImpl>(kHidden, kHidden), std::make_shared<nn::ReLUImpl>(),
+                                          std::make_shared<nn::LinearImpl>(kHidden, kOut));
 }
 
 Tensor loss_of(const Tensor& out, const Tensor& y_class, const Tensor& y_dense) {

@@ -131,9 +131,9 @@ void bench_mlp(const std::string& label, int64_t batch, std::vector<int64_t> d, 
   std::string name = "MLP step " + label + " b" + std::to_string(batch) + " " + std::to_string(d[0]) + "-" +
                      std::to_string(d[1]) + "-" + std::to_string(d[2]) + "-" + std::to_string(d[3]) + " vs libtorch";
   if (!selected(name)) return;
-  auto net = std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Linear>(d[0], d[1]), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(d[1], d[2]),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(d[2], d[3]));
+  auto net = std::make_shared<nn::SequentialImpl>(
+      std::make_shared<nn::LinearImpl>(d[0], d[1]), std::make_shared<nn::ReLUImpl>(), std::make_shared<nn::LinearImpl>(d[1], d[2]),
+      std::make_shared<nn::ReLUImpl>(), std::make_shared<nn::LinearImpl>(d[2], d[3]));
   troupe::Tensor x = t_randn({batch, d[0]});
   troupe::Tensor y = t_randn({batch, d[3]});
   auto troupe_step = [&] {
@@ -169,12 +169,12 @@ void bench_mlp(const std::string& label, int64_t batch, std::vector<int64_t> d, 
 void bench_convnet(const std::string& label, int64_t batch) {
   std::string name = "conv net step " + label + " (" + std::to_string(batch) + ", 1, 28, 28) vs libtorch";
   if (!selected(name)) return;
-  auto net = std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 8, 3).padding(1)), std::make_shared<nn::BatchNorm2d>(8),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(8, 16, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(16 * 7 * 7, 10));
+  auto net = std::make_shared<nn::SequentialImpl>(
+      std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(1, 8, 3).padding(1)), std::make_shared<nn::BatchNorm2dImpl>(8),
+      std::make_shared<nn::ReLUImpl>(), std::make_shared<nn::MaxPool2dImpl>(2),
+      std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(8, 16, 3).padding(1)), std::make_shared<nn::ReLUImpl>(),
+      std::make_shared<nn::MaxPool2dImpl>(2), std::make_shared<nn::FlattenImpl>(),
+      std::make_shared<nn::LinearImpl>(16 * 7 * 7, 10));
   net->train();
   troupe::Tensor x = t_randn({batch, 1, 28, 28});
   troupe::Tensor y = t_randn({batch, 10});
@@ -218,8 +218,8 @@ void bench_hooks(bool grad) {
   std::string names[3] = {base + "none vs libtorch", base + "fwd hook / none", base + "pre-hook / none"};
   if (!selected(names[0]) && !selected(names[1]) && !selected(names[2])) return;
   auto make = [&] {
-    auto s = std::make_shared<nn::Sequential>();
-    for (int64_t i = 0; i < layers; ++i) s->push_back(std::make_shared<nn::Linear>(4, 4));
+    auto s = std::make_shared<nn::SequentialImpl>();
+    for (int64_t i = 0; i < layers; ++i) s->push_back(std::make_shared<nn::LinearImpl>(4, 4));
     return s;
   };
   std::optional<troupe::NoGradGuard> no_grad;
@@ -276,7 +276,7 @@ void bench_hooks(bool grad) {
   // troupe column: the hooked forward and its extra time per layer, (ratio - 1) x plain time / layers
   // (from the paired ratio, which is steadier than a difference of medians); peer column: the plain
   // forward
-  auto hook_row = [&](const std::string& name, const std::shared_ptr<nn::Sequential>& hooked) {
+  auto hook_row = [&](const std::string& name, const std::shared_ptr<nn::SequentialImpl>& hooked) {
     if (!selected(name)) return;
     auto [tp, th, ratio] = compare(run_plain, [&] { do_not_optimize((*hooked)(x)); });
     row(name, fmt_time(th) + fmt("  %+.0f ns/layer", (ratio - 1) * tp * 1e6 / layers), "no hooks " + fmt_time(tp),

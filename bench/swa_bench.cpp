@@ -27,9 +27,9 @@ using namespace troupe;
 namespace swa_utils = troupe::optim::swa_utils;
 
 // Four Linear(2500, 1000): 10,004,000 float32 parameters.
-std::shared_ptr<nn::Sequential> make_model() {
-  auto m = std::make_shared<nn::Sequential>();
-  for (int i = 0; i < 4; ++i) m->push_back(std::make_shared<nn::Linear>(2500, 1000));
+std::shared_ptr<nn::SequentialImpl> make_model() {
+  auto m = std::make_shared<nn::SequentialImpl>();
+  for (int i = 0; i < 4; ++i) m->push_back(std::make_shared<nn::LinearImpl>(2500, 1000));
   return m;
 }
 

@@ -12,11 +12,11 @@ using namespace troupe;
 class Net : public nn::Module {
  public:
   Net() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(2, 32));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 2));
+    fc1 = register_module("fc1", std::make_shared<nn::LinearImpl>(2, 32));
+    fc2 = register_module("fc2", std::make_shared<nn::LinearImpl>(32, 2));
   }
   Tensor forward(const Tensor& x) override { return (*fc2)(relu((*fc1)(x))); }
-  std::shared_ptr<nn::Linear> fc1, fc2;
+  std::shared_ptr<nn::LinearImpl> fc1, fc2;
 };
 
 int main(int argc, char** argv) {

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   data::DataLoader train_loader(train_set, data::DataLoaderOptions().batch_size(cfg.batch_size).shuffle(true).seed(cfg.seed));
   data::DataLoader test_loader(test_set, data::DataLoaderOptions().batch_size(256));
 
-  std::shared_ptr<nn::Sequential> model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
+  std::shared_ptr<nn::SequentialImpl> model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
   optim::SGD optimizer(model->parameters(), optim::SGDOptions(cfg.lr).momentum(0.9).weight_decay(1e-4));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/cfg.epochs);
   nn::CrossEntropyLoss loss_fn;

@@ -49,6 +49,7 @@ Module::Module(const Module& o)
       non_persistent_buffers_(o.non_persistent_buffers_),
       children_(o.children_),
       name_override_(o.name_override_),
+      typed_forward_(o.typed_forward_),
       forward_pre_hooks_(o.forward_pre_hooks_),
       forward_hooks_(o.forward_hooks_),
       backward_pre_hooks_(o.backward_pre_hooks_),
@@ -66,6 +67,7 @@ Module& Module::operator=(const Module& o) {
   non_persistent_buffers_ = o.non_persistent_buffers_;
   children_ = o.children_;
   name_override_ = o.name_override_;
+  typed_forward_ = o.typed_forward_;
   forward_pre_hooks_ = o.forward_pre_hooks_;
   forward_hooks_ = o.forward_hooks_;
   backward_pre_hooks_ = o.backward_pre_hooks_;
@@ -83,11 +85,16 @@ std::string Module::name() const {
   char* dem = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string full = (status == 0 && dem) ? dem : mangled;
   std::free(dem);
-  // strip template arguments and namespaces: "troupe::nn::Linear" -> "Linear"
+  // strip template arguments and namespaces: "troupe::nn::Linear" -> "Linear"; and the "Impl" of a
+  // class behind a holder (TROUPE_MODULE(Net) names the class NetImpl): "NetImpl" -> "Net", as PyTorch
+  // prints the class the user named
   size_t lt = full.find('<');
   std::string base = lt == std::string::npos ? full : full.substr(0, lt);
   size_t colon = base.rfind("::");
-  return colon == std::string::npos ? base : base.substr(colon + 2);
+  std::string short_name = colon == std::string::npos ? base : base.substr(colon + 2);
+  if (short_name.size() > 4 && short_name.compare(short_name.size() - 4, 4, "Impl") == 0)
+    short_name.resize(short_name.size() - 4);
+  return short_name;
 }
 
 namespace {
@@ -179,6 +186,7 @@ Tensor Module::forward(const Tensor& input) {
 }
 
 Value Module::forward_args(const Args& args, const Kwargs& kwargs) {
+  if (typed_forward_) return typed_forward_(*this, args, kwargs);
   if (args.size() == 1 && args[0].is_tensor() && kwargs.empty()) return forward(args[0].tensor());
   std::string got;
   for (const auto& a : args) got += (got.empty() ? "" : ", ") + a.kind();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <troupe/nn/state_dict.h>
+#include <troupe/nn/typed_forward.h>
 #include <troupe/nn/value.h>
 #include <troupe/util/ordered_dict.h>
 #include <troupe/tensor/tensor.h>
@@ -26,6 +27,23 @@ namespace troupe::nn {
 
 class Module;
 using ModulePtr = std::shared_ptr<Module>;
+
+namespace detail {
+/// Whether M is a module holder (nn/pimpl.h: `nn::Linear` holding a LinearImpl).
+template <class M, class = void>
+struct is_module_holder : std::false_type {};
+template <class M>
+struct is_module_holder<M, std::void_t<typename M::ContainedType>> : std::true_type {};
+/// The module class of T: T itself, or the class a holder T holds.
+template <class T, bool = is_module_holder<T>::value>
+struct held_class {
+  using type = T;
+};
+template <class T>
+struct held_class<T, true> {
+  using type = typename T::ContainedType;
+};
+}  // namespace detail
 
 /// nn.Parameter(t, requires_grad): a leaf sharing t's data, with requires_grad set.
 Tensor Parameter(const Tensor& t, bool requires_grad = true);
@@ -123,11 +141,18 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual std::string extra_repr() const { return ""; }
   /// The printed tree, exactly as PyTorch's repr(module).
   virtual std::string repr() const;
-  /// dynamic_cast to a subclass; null when this module is not one.
+  /// dynamic_cast to a subclass; null when this module is not one. A holder names its class:
+  /// as<nn::Linear>() is as<nn::LinearImpl>().
   template <class M>
-  M* as() { return dynamic_cast<M*>(this); }
+  auto* as() {
+    if constexpr (detail::is_module_holder<M>::value) return dynamic_cast<typename M::ContainedType*>(this);
+    else return dynamic_cast<M*>(this);
+  }
   template <class M>
-  const M* as() const { return dynamic_cast<const M*>(this); }
+  const auto* as() const {
+    if constexpr (detail::is_module_holder<M>::value) return dynamic_cast<const typename M::ContainedType*>(this);
+    else return dynamic_cast<const M*>(this);
+  }
 
   /// A deep copy (copy.deepcopy(module)) with its tensors on `device` when given. Implemented by
   /// nn::Cloneable; the default throws.
@@ -138,8 +163,19 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// The computation of a module with one tensor in and one out. Override this, or forward_args.
   virtual Tensor forward(const Tensor& input);
-  /// The computation for any arguments. The default passes a single tensor argument to forward().
+  /// The computation for any arguments. The default calls the class's typed forward when one was
+  /// bound (bind_forward), else passes a single tensor argument to forward().
   virtual Value forward_args(const Args& args, const Kwargs& kwargs);
+  /// Makes forward_args reach M's own `forward(...)` when M declares one with other parameters than
+  /// the virtual `forward(const Tensor&)` (libtorch's style: `Tensor forward(Tensor x, double s)`).
+  /// Holders, register_module and the containers call it, since they know the class.
+  template <class M>
+  static void bind_forward(M& module) {
+    if constexpr (detail::has_typed_forward<M>()) {
+      Module& base = module;
+      if (!base.typed_forward_) base.typed_forward_ = &detail::typed_forward_thunk<M>;
+    }
+  }
   /// Runs the forward pre-hooks, forward_args and the forward hooks (torch's __call__).
   virtual Value call(Args args, Kwargs kwargs = {});
   /// call() with one tensor, returning the tensor output.
@@ -158,12 +194,19 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Adds (or replaces) a child module; null reserves the name. Returns the module.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    if (module) bind_forward(*module);
     add_module_impl(name, module);
     return module;
   }
+  /// register_module("fc", nn::Linear(4, 3)): registers the held module and returns it (assignable to
+  /// a holder member: `fc = register_module("fc", nn::Linear(4, 3));`).
+  template <class H, class = std::enable_if_t<detail::is_module_holder<H>::value>>
+  std::shared_ptr<typename H::ContainedType> register_module(const std::string& name, H holder) {
+    return register_module(name, holder.ptr());
+  }
   /// Alias of register_module.
   template <class M>
-  std::shared_ptr<M> add_module(const std::string& name, std::shared_ptr<M> module) {
+  auto add_module(const std::string& name, M module) {
     return register_module(name, std::move(module));
   }
   /// Whether `name` is one of this module's buffers and persistent.
@@ -343,6 +386,8 @@ class Module : public std::enable_shared_from_this<Module> {
   void attach_legacy_backward_hooks(const Value& result);
 
   std::string name_override_;
+  /// Set by bind_forward: forward_args unpacks into the class's typed forward.
+  Value (*typed_forward_)(Module&, const Args&, const Kwargs&) = nullptr;
   std::vector<Hook<ForwardPreHookWithKwargs>> forward_pre_hooks_;
   std::vector<Hook<ForwardHookWithKwargs>> forward_hooks_;
   std::vector<Hook<BackwardPreHook>> backward_pre_hooks_;

@@ -1,7 +1,7 @@
 // DistributedDataParallel: data parallelism with replicated parameters over a process group
 // (torch.nn.parallel.DistributedDataParallel, PyTorch 1.13's semantics):
 //
-//   auto model = std::make_shared<nn::Sequential>(...);
+//   auto model = std::make_shared<nn::SequentialImpl>(...);
 //   auto ddp = std::make_shared<parallel::DistributedDataParallel>(model);   // on comm::world()
 //   optim::SGD opt(ddp->parameters(), optim::SGDOptions(0.1));
 //   Tensor loss = loss_fn((*ddp)(my_shard_of_the_batch), targets);

@@ -8,114 +8,124 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/activation.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// max(0, x).
-class ReLU : public Cloneable<ReLU> {
+class ReLUImpl : public Cloneable<ReLUImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit ReLU(const ReLUOptions& options = {}) : options(options) {}
+  explicit ReLUImpl(const ReLUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "ReLU"; }
   ReLUOptions options;
 };
+TROUPE_MODULE(ReLU);
 
 /// x for x >= 0, negative_slope * x otherwise.
-class LeakyReLU : public Cloneable<LeakyReLU> {
+class LeakyReLUImpl : public Cloneable<LeakyReLUImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit LeakyReLU(const LeakyReLUOptions& options = {}) : options(options) {}
-  explicit LeakyReLU(double negative_slope, bool inplace = false)
+  explicit LeakyReLUImpl(const LeakyReLUOptions& options = {}) : options(options) {}
+  explicit LeakyReLUImpl(double negative_slope, bool inplace = false)
       : options(LeakyReLUOptions().negative_slope(negative_slope).inplace(inplace)) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "LeakyReLU"; }
   LeakyReLUOptions options;
 };
+TROUPE_MODULE(LeakyReLU);
 
 /// x for x > 0, alpha * (exp(x) - 1) otherwise.
-class ELU : public Cloneable<ELU> {
+class ELUImpl : public Cloneable<ELUImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit ELU(const ELUOptions& options = {}) : options(options) {}
-  explicit ELU(double alpha, bool inplace = false) : options(ELUOptions().alpha(alpha).inplace(inplace)) {}
+  explicit ELUImpl(const ELUOptions& options = {}) : options(options) {}
+  explicit ELUImpl(double alpha, bool inplace = false) : options(ELUOptions().alpha(alpha).inplace(inplace)) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "ELU"; }
   ELUOptions options;
 };
+TROUPE_MODULE(ELU);
 
 /// x * Phi(x).
-class GELU : public Cloneable<GELU> {
+class GELUImpl : public Cloneable<GELUImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit GELU(const GELUOptions& options = {}) : options(options) {}
+  explicit GELUImpl(const GELUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "GELU"; }
   GELUOptions options;
 };
+TROUPE_MODULE(GELU);
 
 /// x * sigmoid(x).
-class SiLU : public Cloneable<SiLU> {
+class SiLUImpl : public Cloneable<SiLUImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit SiLU(const SiLUOptions& options = {}) : options(options) {}
+  explicit SiLUImpl(const SiLUOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "SiLU"; }
   SiLUOptions options;
 };
+TROUPE_MODULE(SiLU);
 
 /// tanh(x).
-class Tanh : public Cloneable<Tanh> {
+class TanhImpl : public Cloneable<TanhImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "Tanh"; }
 };
+TROUPE_MODULE(Tanh);
 
 /// 1 / (1 + exp(-x)).
-class Sigmoid : public Cloneable<Sigmoid> {
+class SigmoidImpl : public Cloneable<SigmoidImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
   Tensor forward(const Tensor& input) override;
   std::string name() const override { return "Sigmoid"; }
 };
+TROUPE_MODULE(Sigmoid);
 
 /// exp(x) / sum(exp(x)) along dim.
-class Softmax : public Cloneable<Softmax> {
+class SoftmaxImpl : public Cloneable<SoftmaxImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit Softmax(const SoftmaxOptions& options = {}) : options(options) {}
+  explicit SoftmaxImpl(const SoftmaxOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "Softmax"; }
   SoftmaxOptions options;
 };
+TROUPE_MODULE(Softmax);
 
 /// log(softmax(x)) along dim.
-class LogSoftmax : public Cloneable<LogSoftmax> {
+class LogSoftmaxImpl : public Cloneable<LogSoftmaxImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit LogSoftmax(const LogSoftmaxOptions& options = {}) : options(options) {}
+  explicit LogSoftmaxImpl(const LogSoftmaxOptions& options = {}) : options(options) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "LogSoftmax"; }
   LogSoftmaxOptions options;
 };
+TROUPE_MODULE(LogSoftmax);
 
 }  // namespace troupe::nn

@@ -82,12 +82,12 @@ std::string BatchNormBase::extra_repr() const {
          ", affine=" + util::py_bool(o.affine()) + ", track_running_stats=" + util::py_bool(o.track_running_stats());
 }
 
-void BatchNorm1d::check_input_dim(const Tensor& input) const {
+void BatchNorm1dImpl::check_input_dim(const Tensor& input) const {
   if (input.dim() != 2 && input.dim() != 3)
     throw std::invalid_argument("expected 2D or 3D input (got " + std::to_string(input.dim()) + "D input)");
 }
 
-void BatchNorm2d::check_input_dim(const Tensor& input) const {
+void BatchNorm2dImpl::check_input_dim(const Tensor& input) const {
   if (input.dim() != 4)
     throw std::invalid_argument("expected 4D input (got " + std::to_string(input.dim()) + "D input)");
 }

@@ -8,6 +8,7 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/batchnorm.h>
 #include <troupe/util/options.h>
 
@@ -43,10 +44,10 @@ class BatchNormBase : public Module {
 };
 
 /// Batch normalisation over (N, C) or (N, C, L) input.
-class BatchNorm1d : public Cloneable<BatchNorm1d, BatchNormBase> {
+class BatchNorm1dImpl : public Cloneable<BatchNorm1dImpl, BatchNormBase> {
  public:
-  explicit BatchNorm1d(const BatchNormOptions& options) : Cloneable(options) {}
-  BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
+  explicit BatchNorm1dImpl(const BatchNormOptions& options) : Cloneable(options) {}
+  BatchNorm1dImpl(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
               bool track_running_stats = true)
       : Cloneable(BatchNormOptions(num_features)
                           .eps(eps)
@@ -59,12 +60,13 @@ class BatchNorm1d : public Cloneable<BatchNorm1d, BatchNormBase> {
  protected:
   void check_input_dim(const Tensor& input) const override;
 };
+TROUPE_MODULE(BatchNorm1d);
 
 /// Batch normalisation over (N, C, H, W) input.
-class BatchNorm2d : public Cloneable<BatchNorm2d, BatchNormBase> {
+class BatchNorm2dImpl : public Cloneable<BatchNorm2dImpl, BatchNormBase> {
  public:
-  explicit BatchNorm2d(const BatchNormOptions& options) : Cloneable(options) {}
-  BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
+  explicit BatchNorm2dImpl(const BatchNormOptions& options) : Cloneable(options) {}
+  BatchNorm2dImpl(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1, bool affine = true,
               bool track_running_stats = true)
       : Cloneable(BatchNormOptions(num_features)
                           .eps(eps)
@@ -77,5 +79,6 @@ class BatchNorm2d : public Cloneable<BatchNorm2d, BatchNormBase> {
  protected:
   void check_input_dim(const Tensor& input) const override;
 };
+TROUPE_MODULE(BatchNorm2d);
 
 }  // namespace troupe::nn

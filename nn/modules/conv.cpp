@@ -12,11 +12,11 @@
 
 namespace troupe::nn {
 
-Conv2d::Conv2d(const Conv2dOptions& options_) : options(options_) { reset(); }
+Conv2dImpl::Conv2dImpl(const Conv2dOptions& options_) : options(options_) { reset(); }
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride,
+Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride,
                Conv2dPadding padding, ExpandingArray<2> dilation, int64_t groups, bool bias, std::string padding_mode)
-    : Conv2d(Conv2dOptions(in_channels, out_channels, kernel_size)
+    : Conv2dImpl(Conv2dOptions(in_channels, out_channels, kernel_size)
                  .stride(stride)
                  .padding(std::move(padding))
                  .dilation(dilation)
@@ -24,7 +24,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kern
                  .bias(bias)
                  .padding_mode(std::move(padding_mode))) {}
 
-void Conv2d::reset() {
+void Conv2dImpl::reset() {
   const auto& o = options;
   if (o.groups() <= 0) throw std::invalid_argument("groups must be a positive integer");
   if (o.in_channels() % o.groups() != 0) throw std::invalid_argument("in_channels must be divisible by groups");
@@ -66,7 +66,7 @@ void Conv2d::reset() {
   reset_parameters();
 }
 
-void Conv2d::reset_parameters() {
+void Conv2dImpl::reset_parameters() {
   if (initialization_skipped()) return;
   // a = sqrt(5) makes the weight U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C_in/groups * kH * kW
   init::kaiming_uniform_(weight, std::sqrt(5.0));
@@ -79,7 +79,7 @@ void Conv2d::reset_parameters() {
   }
 }
 
-Tensor Conv2d::forward(const Tensor& input) {
+Tensor Conv2dImpl::forward(const Tensor& input) {
   const auto& o = options;
   auto conv = functional::Conv2dFuncOptions().bias(bias).stride(o.stride()).dilation(o.dilation()).groups(o.groups());
   if (o.padding_mode() != "zeros") {
@@ -90,7 +90,7 @@ Tensor Conv2d::forward(const Tensor& input) {
   return functional::conv2d(input, weight, conv.padding(o.padding()));
 }
 
-std::string Conv2d::extra_repr() const {
+std::string Conv2dImpl::extra_repr() const {
   const auto& o = options;
   std::string s = std::to_string(o.in_channels()) + ", " + std::to_string(o.out_channels()) +
                   ", kernel_size=" + o.kernel_size().tuple_str() + ", stride=" + o.stride().tuple_str();

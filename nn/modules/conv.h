@@ -11,15 +11,16 @@
 #include <troupe/nn/options/conv.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// Applies a 2-D convolution over (N, C_in, H, W) or (C_in, H, W) input.
-class Conv2d : public Cloneable<Conv2d> {
+class Conv2dImpl : public Cloneable<Conv2dImpl> {
  public:
-  explicit Conv2d(const Conv2dOptions& options);
-  Conv2d(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride = 1,
+  explicit Conv2dImpl(const Conv2dOptions& options);
+  Conv2dImpl(int64_t in_channels, int64_t out_channels, ExpandingArray<2> kernel_size, ExpandingArray<2> stride = 1,
          Conv2dPadding padding = 0, ExpandingArray<2> dilation = 1, int64_t groups = 1, bool bias = true,
          std::string padding_mode = "zeros");
 
@@ -40,5 +41,6 @@ class Conv2d : public Cloneable<Conv2d> {
   /// The padding for F.pad when padding_mode is not "zeros": (left, right, top, bottom).
   std::array<int64_t, 4> reversed_padding_repeated_twice_{};
 };
+TROUPE_MODULE(Conv2d);
 
 }  // namespace troupe::nn

@@ -8,18 +8,18 @@
 
 namespace troupe::nn {
 
-Dropout::Dropout(const DropoutOptions& options_) : options(options_) {
+DropoutImpl::DropoutImpl(const DropoutOptions& options_) : options(options_) {
   const double p = options.p();
   if (!(p >= 0.0 && p <= 1.0))
     throw std::invalid_argument("dropout probability has to be between 0 and 1, but got " + util::py_float(p));
 }
 
-Tensor Dropout::forward(const Tensor& input) {
+Tensor DropoutImpl::forward(const Tensor& input) {
   return functional::dropout(
       input, functional::DropoutFuncOptions().p(options.p()).training(is_training()).inplace(options.inplace()));
 }
 
-std::string Dropout::extra_repr() const {
+std::string DropoutImpl::extra_repr() const {
   return "p=" + util::py_float(options.p()) + ", inplace=" + util::py_bool(options.inplace());
 }
 

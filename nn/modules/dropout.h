@@ -5,6 +5,7 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/dropout.h>
 #include <troupe/util/options.h>
 
@@ -12,17 +13,18 @@ namespace troupe::nn {
 
 /// In training mode zeroes each element with probability p and scales the rest by 1 / (1 - p);
 /// the identity in eval mode.
-class Dropout : public Cloneable<Dropout> {
+class DropoutImpl : public Cloneable<DropoutImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
   /// Throws "dropout probability has to be between 0 and 1, but got {p}" for p outside [0, 1].
-  explicit Dropout(const DropoutOptions& options = {});
-  explicit Dropout(double p, bool inplace = false) : Dropout(DropoutOptions(p).inplace(inplace)) {}
+  explicit DropoutImpl(const DropoutOptions& options = {});
+  explicit DropoutImpl(double p, bool inplace = false) : DropoutImpl(DropoutOptions(p).inplace(inplace)) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "Dropout"; }
   DropoutOptions options;
 };
+TROUPE_MODULE(Dropout);
 
 }  // namespace troupe::nn

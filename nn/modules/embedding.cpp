@@ -11,12 +11,12 @@
 
 namespace troupe::nn {
 
-Embedding::Embedding(const EmbeddingOptions& options_) : options(options_) { reset(); }
+EmbeddingImpl::EmbeddingImpl(const EmbeddingOptions& options_) : options(options_) { reset(); }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx)
-    : Embedding(EmbeddingOptions(num_embeddings, embedding_dim).padding_idx(padding_idx)) {}
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx)
+    : EmbeddingImpl(EmbeddingOptions(num_embeddings, embedding_dim).padding_idx(padding_idx)) {}
 
-void Embedding::reset() {
+void EmbeddingImpl::reset() {
   const int64_t n = options.num_embeddings(), d = options.embedding_dim();
   if (n < 0 || d < 0)
     throw std::invalid_argument("[Embedding] num_embeddings and embedding_dim must be non-negative, got " +
@@ -41,7 +41,7 @@ void Embedding::reset() {
   }
 }
 
-void Embedding::reset_parameters() {
+void EmbeddingImpl::reset_parameters() {
   if (initialization_skipped()) return;
   init::normal_(weight);
   if (auto p = options.padding_idx()) {
@@ -50,11 +50,11 @@ void Embedding::reset_parameters() {
   }
 }
 
-std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings,
+std::shared_ptr<EmbeddingImpl> EmbeddingImpl::from_pretrained(const Tensor& embeddings,
                                                       const EmbeddingFromPretrainedOptions& o) {
   if (!embeddings.defined() || embeddings.dim() != 2)
     throw std::invalid_argument("Embeddings parameter is expected to be 2-dimensional");
-  auto m = std::make_shared<Embedding>(EmbeddingOptions(embeddings.size(0), embeddings.size(1))
+  auto m = std::make_shared<EmbeddingImpl>(EmbeddingOptions(embeddings.size(0), embeddings.size(1))
                                            ._weight(embeddings)
                                            .padding_idx(o.padding_idx())
                                            .max_norm(o.max_norm())
@@ -65,12 +65,12 @@ std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings,
   return m;
 }
 
-std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze,
+std::shared_ptr<EmbeddingImpl> EmbeddingImpl::from_pretrained(const Tensor& embeddings, bool freeze,
                                                       std::optional<int64_t> padding_idx) {
   return from_pretrained(embeddings, EmbeddingFromPretrainedOptions().freeze(freeze).padding_idx(padding_idx));
 }
 
-Tensor Embedding::forward(const Tensor& input) {
+Tensor EmbeddingImpl::forward(const Tensor& input) {
   return functional::embedding(input, weight,
                                functional::EmbeddingFuncOptions()
                                    .padding_idx(options.padding_idx())
@@ -80,7 +80,7 @@ Tensor Embedding::forward(const Tensor& input) {
                                    .sparse(options.sparse()));
 }
 
-std::string Embedding::extra_repr() const {
+std::string EmbeddingImpl::extra_repr() const {
   std::string s = std::to_string(options.num_embeddings()) + ", " + std::to_string(options.embedding_dim());
   if (options.padding_idx()) s += ", padding_idx=" + std::to_string(*options.padding_idx());
   if (options.max_norm()) s += ", max_norm=" + util::py_float(*options.max_norm());

@@ -8,21 +8,22 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/embedding.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// weight (num_embeddings, embedding_dim); forward maps integer indices (*) to rows (*, embedding_dim).
-class Embedding : public Cloneable<Embedding> {
+class EmbeddingImpl : public Cloneable<EmbeddingImpl> {
  public:
-  explicit Embedding(const EmbeddingOptions& options);
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+  explicit EmbeddingImpl(const EmbeddingOptions& options);
+  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
 
   /// An Embedding whose weight is `embeddings` (2-D; shared, not copied).
-  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings,
+  static std::shared_ptr<EmbeddingImpl> from_pretrained(const Tensor& embeddings,
                                                     const EmbeddingFromPretrainedOptions& options = {});
-  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze,
+  static std::shared_ptr<EmbeddingImpl> from_pretrained(const Tensor& embeddings, bool freeze,
                                                     std::optional<int64_t> padding_idx = std::nullopt);
 
   /// Checks the options, registers weight (options._weight when given) and, without _weight, calls
@@ -37,6 +38,18 @@ class Embedding : public Cloneable<Embedding> {
 
   EmbeddingOptions options;
   Tensor weight;
+};
+/// Holder of an EmbeddingImpl; Embedding::from_pretrained(weights) as libtorch.
+class Embedding : public ModuleHolder<EmbeddingImpl> {
+ public:
+  using ModuleHolder<EmbeddingImpl>::ModuleHolder;
+  static Embedding from_pretrained(const Tensor& embeddings, const EmbeddingFromPretrainedOptions& options = {}) {
+    return Embedding(EmbeddingImpl::from_pretrained(embeddings, options));
+  }
+  static Embedding from_pretrained(const Tensor& embeddings, bool freeze,
+                                   std::optional<int64_t> padding_idx = std::nullopt) {
+    return Embedding(EmbeddingImpl::from_pretrained(embeddings, freeze, padding_idx));
+  }
 };
 
 }  // namespace troupe::nn

@@ -11,12 +11,12 @@
 
 namespace troupe::nn {
 
-Linear::Linear(const LinearOptions& options_) : options(options_) { reset(); }
+LinearImpl::LinearImpl(const LinearOptions& options_) : options(options_) { reset(); }
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
-    : Linear(LinearOptions(in_features, out_features).bias(bias)) {}
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias)
+    : LinearImpl(LinearOptions(in_features, out_features).bias(bias)) {}
 
-void Linear::reset() {
+void LinearImpl::reset() {
   if (options.in_features() < 0 || options.out_features() < 0)
     throw std::invalid_argument("[Linear] in_features and out_features must be non-negative, got in_features=" +
                                 std::to_string(options.in_features()) +
@@ -28,7 +28,7 @@ void Linear::reset() {
   reset_parameters();
 }
 
-void Linear::reset_parameters() {
+void LinearImpl::reset_parameters() {
   if (initialization_skipped()) return;
   // kaiming_uniform_ with a = sqrt(5) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)); see pytorch/pytorch#57109
   init::kaiming_uniform_(weight, std::sqrt(5.0));
@@ -39,22 +39,22 @@ void Linear::reset_parameters() {
   }
 }
 
-Tensor Linear::forward(const Tensor& input) { return functional::linear(input, weight, bias); }
+Tensor LinearImpl::forward(const Tensor& input) { return functional::linear(input, weight, bias); }
 
-std::string Linear::extra_repr() const {
+std::string LinearImpl::extra_repr() const {
   return "in_features=" + std::to_string(options.in_features()) +
          ", out_features=" + std::to_string(options.out_features()) + ", bias=" + util::py_bool(bias.defined());
 }
 
-Tensor Flatten::forward(const Tensor& input) { return input.flatten(options.start_dim(), options.end_dim()); }
+Tensor FlattenImpl::forward(const Tensor& input) { return input.flatten(options.start_dim(), options.end_dim()); }
 
-std::string Flatten::extra_repr() const {
+std::string FlattenImpl::extra_repr() const {
   return "start_dim=" + std::to_string(options.start_dim()) + ", end_dim=" + std::to_string(options.end_dim());
 }
 
-Tensor Unflatten::forward(const Tensor& input) { return input.unflatten(options.dim(), options.unflattened_size()); }
+Tensor UnflattenImpl::forward(const Tensor& input) { return input.unflatten(options.dim(), options.unflattened_size()); }
 
-std::string Unflatten::extra_repr() const {
+std::string UnflattenImpl::extra_repr() const {
   return "dim=" + std::to_string(options.dim()) + ", unflattened_size=" + util::py_tuple(options.unflattened_size());
 }
 

@@ -8,16 +8,17 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/linear.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// y = x W^T + b, with W (out_features, in_features) and b (out_features).
-class Linear : public Cloneable<Linear> {
+class LinearImpl : public Cloneable<LinearImpl> {
  public:
-  explicit Linear(const LinearOptions& options);
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  explicit LinearImpl(const LinearOptions& options);
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias = true);
 
   /// Registers weight and bias (None when options.bias() is false), then reset_parameters().
   void reset() override;
@@ -34,24 +35,26 @@ class Linear : public Cloneable<Linear> {
   /// Undefined when built with bias=false.
   Tensor bias;
 };
+TROUPE_MODULE(Linear);
 
 /// Returns its input unchanged.
-class Identity : public Cloneable<Identity> {
+class IdentityImpl : public Cloneable<IdentityImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  Identity() = default;
+  IdentityImpl() = default;
   Tensor forward(const Tensor& input) override { return input; }
   std::string name() const override { return "Identity"; }
 };
+TROUPE_MODULE(Identity);
 
 /// Flattens dims start_dim..end_dim into one.
-class Flatten : public Cloneable<Flatten> {
+class FlattenImpl : public Cloneable<FlattenImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit Flatten(const FlattenOptions& options = {}) : options(options) {}
-  explicit Flatten(int64_t start_dim, int64_t end_dim = -1)
+  explicit FlattenImpl(const FlattenOptions& options = {}) : options(options) {}
+  explicit FlattenImpl(int64_t start_dim, int64_t end_dim = -1)
       : options(FlattenOptions().start_dim(start_dim).end_dim(end_dim)) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -59,14 +62,15 @@ class Flatten : public Cloneable<Flatten> {
 
   FlattenOptions options;
 };
+TROUPE_MODULE(Flatten);
 
 /// Splits dim into the shape unflattened_size (one entry may be -1).
-class Unflatten : public Cloneable<Unflatten> {
+class UnflattenImpl : public Cloneable<UnflattenImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit Unflatten(const UnflattenOptions& options) : options(options) {}
-  Unflatten(int64_t dim, std::vector<int64_t> unflattened_size)
+  explicit UnflattenImpl(const UnflattenOptions& options) : options(options) {}
+  UnflattenImpl(int64_t dim, std::vector<int64_t> unflattened_size)
       : options(UnflattenOptions(dim, std::move(unflattened_size))) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -74,5 +78,6 @@ class Unflatten : public Cloneable<Unflatten> {
 
   UnflattenOptions options;
 };
+TROUPE_MODULE(Unflatten);
 
 }  // namespace troupe::nn

@@ -41,56 +41,56 @@ Tensor own_tensor(const Tensor& t) {
 }
 }  // namespace
 
-MSELoss::MSELoss(const MSELossOptions& options_) : options(options_) { reset(); }
+MSELossImpl::MSELossImpl(const MSELossOptions& options_) : options(options_) { reset(); }
 
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, options); }
+Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, options); }
 
-L1Loss::L1Loss(const L1LossOptions& options_) : options(options_) { reset(); }
+L1LossImpl::L1LossImpl(const L1LossOptions& options_) : options(options_) { reset(); }
 
-Tensor L1Loss::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, options); }
+Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, options); }
 
-SmoothL1Loss::SmoothL1Loss(const SmoothL1LossOptions& options_) : options(options_) { reset(); }
+SmoothL1LossImpl::SmoothL1LossImpl(const SmoothL1LossOptions& options_) : options(options_) { reset(); }
 
-Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::smooth_l1_loss(input, target, options);
 }
 
-HuberLoss::HuberLoss(const HuberLossOptions& options_) : options(options_) { reset(); }
+HuberLossImpl::HuberLossImpl(const HuberLossOptions& options_) : options(options_) { reset(); }
 
-Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) { return F::huber_loss(input, target, options); }
+Tensor HuberLossImpl::forward(const Tensor& input, const Tensor& target) { return F::huber_loss(input, target, options); }
 
-CrossEntropyLoss::CrossEntropyLoss(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
+CrossEntropyLossImpl::CrossEntropyLossImpl(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
 
-void CrossEntropyLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
+void CrossEntropyLossImpl::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
-Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor CrossEntropyLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::cross_entropy(input, target, CrossEntropyLossOptions(options).weight(weight));
 }
 
-NLLLoss::NLLLoss(const NLLLossOptions& options_) : options(options_) { reset(); }
+NLLLossImpl::NLLLossImpl(const NLLLossOptions& options_) : options(options_) { reset(); }
 
-void NLLLoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
+void NLLLossImpl::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
-Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::nll_loss(input, target, NLLLossOptions(options).weight(weight));
 }
 
-BCELoss::BCELoss(const BCELossOptions& options_) : options(options_) { reset(); }
+BCELossImpl::BCELossImpl(const BCELossOptions& options_) : options(options_) { reset(); }
 
-void BCELoss::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
+void BCELossImpl::reset() { weight = register_buffer("weight", own_tensor(options.weight())); }
 
-Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::binary_cross_entropy(input, target, BCELossOptions(options).weight(weight));
 }
 
-BCEWithLogitsLoss::BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options_) : options(options_) { reset(); }
+BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(const BCEWithLogitsLossOptions& options_) : options(options_) { reset(); }
 
-void BCEWithLogitsLoss::reset() {
+void BCEWithLogitsLossImpl::reset() {
   weight = register_buffer("weight", own_tensor(options.weight()));
   pos_weight = register_buffer("pos_weight", own_tensor(options.pos_weight()));
 }
 
-Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::binary_cross_entropy_with_logits(input, target,
                                              BCEWithLogitsLossOptions(options).weight(weight).pos_weight(pos_weight));
 }

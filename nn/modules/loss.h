@@ -16,6 +16,7 @@
 #include <troupe/nn/options/loss.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
@@ -38,9 +39,9 @@ class Loss : public Module {
 // ------------------------------------------------------------------ losses
 
 /// Mean squared error (squared L2 norm) between each element of input and target.
-class MSELoss : public Cloneable<MSELoss, Loss> {
+class MSELossImpl : public Cloneable<MSELossImpl, Loss> {
  public:
-  explicit MSELoss(const MSELossOptions& options = {});
+  explicit MSELossImpl(const MSELossOptions& options = {});
   void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
@@ -48,11 +49,12 @@ class MSELoss : public Cloneable<MSELoss, Loss> {
 
   MSELossOptions options;
 };
+TROUPE_MODULE(MSELoss);
 
 /// Mean absolute error between each element of input and target.
-class L1Loss : public Cloneable<L1Loss, Loss> {
+class L1LossImpl : public Cloneable<L1LossImpl, Loss> {
  public:
-  explicit L1Loss(const L1LossOptions& options = {});
+  explicit L1LossImpl(const L1LossOptions& options = {});
   void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
@@ -60,11 +62,12 @@ class L1Loss : public Cloneable<L1Loss, Loss> {
 
   L1LossOptions options;
 };
+TROUPE_MODULE(L1Loss);
 
 /// Squared error below beta, absolute error (less beta / 2) above it, the quadratic part divided by beta.
-class SmoothL1Loss : public Cloneable<SmoothL1Loss, Loss> {
+class SmoothL1LossImpl : public Cloneable<SmoothL1LossImpl, Loss> {
  public:
-  explicit SmoothL1Loss(const SmoothL1LossOptions& options = {});
+  explicit SmoothL1LossImpl(const SmoothL1LossOptions& options = {});
   void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
@@ -72,11 +75,12 @@ class SmoothL1Loss : public Cloneable<SmoothL1Loss, Loss> {
 
   SmoothL1LossOptions options;
 };
+TROUPE_MODULE(SmoothL1Loss);
 
 /// Half the squared error below delta, delta-scaled absolute error above it.
-class HuberLoss : public Cloneable<HuberLoss, Loss> {
+class HuberLossImpl : public Cloneable<HuberLossImpl, Loss> {
  public:
-  explicit HuberLoss(const HuberLossOptions& options = {});
+  explicit HuberLossImpl(const HuberLossOptions& options = {});
   void reset() override {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
@@ -84,11 +88,12 @@ class HuberLoss : public Cloneable<HuberLoss, Loss> {
 
   HuberLossOptions options;
 };
+TROUPE_MODULE(HuberLoss);
 
 /// Cross entropy between logits and class indices or class probabilities (log_softmax + NLLLoss).
-class CrossEntropyLoss : public Cloneable<CrossEntropyLoss, Loss> {
+class CrossEntropyLossImpl : public Cloneable<CrossEntropyLossImpl, Loss> {
  public:
-  explicit CrossEntropyLoss(const CrossEntropyLossOptions& options = {});
+  explicit CrossEntropyLossImpl(const CrossEntropyLossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
   void reset() override;
   using Loss::forward;
@@ -99,11 +104,12 @@ class CrossEntropyLoss : public Cloneable<CrossEntropyLoss, Loss> {
   /// The "weight" buffer.
   Tensor weight;
 };
+TROUPE_MODULE(CrossEntropyLoss);
 
 /// Negative log likelihood of log-probabilities at class-index targets.
-class NLLLoss : public Cloneable<NLLLoss, Loss> {
+class NLLLossImpl : public Cloneable<NLLLossImpl, Loss> {
  public:
-  explicit NLLLoss(const NLLLossOptions& options = {});
+  explicit NLLLossImpl(const NLLLossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
   void reset() override;
   using Loss::forward;
@@ -113,11 +119,12 @@ class NLLLoss : public Cloneable<NLLLoss, Loss> {
   NLLLossOptions options;
   Tensor weight;
 };
+TROUPE_MODULE(NLLLoss);
 
 /// Binary cross entropy between probabilities and targets.
-class BCELoss : public Cloneable<BCELoss, Loss> {
+class BCELossImpl : public Cloneable<BCELossImpl, Loss> {
  public:
-  explicit BCELoss(const BCELossOptions& options = {});
+  explicit BCELossImpl(const BCELossOptions& options = {});
   /// Registers the buffer "weight" (None when options.weight() is undefined).
   void reset() override;
   using Loss::forward;
@@ -127,11 +134,12 @@ class BCELoss : public Cloneable<BCELoss, Loss> {
   BCELossOptions options;
   Tensor weight;
 };
+TROUPE_MODULE(BCELoss);
 
 /// Sigmoid + binary cross entropy in one numerically stable expression, with optional pos_weight.
-class BCEWithLogitsLoss : public Cloneable<BCEWithLogitsLoss, Loss> {
+class BCEWithLogitsLossImpl : public Cloneable<BCEWithLogitsLossImpl, Loss> {
  public:
-  explicit BCEWithLogitsLoss(const BCEWithLogitsLossOptions& options = {});
+  explicit BCEWithLogitsLossImpl(const BCEWithLogitsLossOptions& options = {});
   /// Registers the buffers "weight" and "pos_weight" (None when not given).
   void reset() override;
   using Loss::forward;
@@ -142,5 +150,6 @@ class BCEWithLogitsLoss : public Cloneable<BCEWithLogitsLoss, Loss> {
   Tensor weight;
   Tensor pos_weight;
 };
+TROUPE_MODULE(BCEWithLogitsLoss);
 
 }  // namespace troupe::nn

@@ -8,15 +8,15 @@
 
 namespace troupe::nn {
 
-LayerNorm::LayerNorm(const LayerNormOptions& options_) : options(options_) { reset(); }
+LayerNormImpl::LayerNormImpl(const LayerNormOptions& options_) : options(options_) { reset(); }
 
-LayerNorm::LayerNorm(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine)
-    : LayerNorm(LayerNormOptions(std::move(normalized_shape)).eps(eps).elementwise_affine(elementwise_affine)) {}
+LayerNormImpl::LayerNormImpl(std::vector<int64_t> normalized_shape, double eps, bool elementwise_affine)
+    : LayerNormImpl(LayerNormOptions(std::move(normalized_shape)).eps(eps).elementwise_affine(elementwise_affine)) {}
 
-LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine)
-    : LayerNorm(std::vector<int64_t>{normalized_shape}, eps, elementwise_affine) {}
+LayerNormImpl::LayerNormImpl(int64_t normalized_shape, double eps, bool elementwise_affine)
+    : LayerNormImpl(std::vector<int64_t>{normalized_shape}, eps, elementwise_affine) {}
 
-void LayerNorm::reset() {
+void LayerNormImpl::reset() {
   const auto& o = options;
   if (o.elementwise_affine()) {
     TensorOptions topts = TensorOptions().device(o.device());
@@ -30,18 +30,18 @@ void LayerNorm::reset() {
   reset_parameters();
 }
 
-void LayerNorm::reset_parameters() {
+void LayerNormImpl::reset_parameters() {
   if (initialization_skipped() || !options.elementwise_affine()) return;
   init::ones_(weight);
   init::zeros_(bias);
 }
 
-Tensor LayerNorm::forward(const Tensor& input) {
+Tensor LayerNormImpl::forward(const Tensor& input) {
   return functional::layer_norm(
       input, functional::LayerNormFuncOptions(options.normalized_shape()).weight(weight).bias(bias).eps(options.eps()));
 }
 
-std::string LayerNorm::extra_repr() const {
+std::string LayerNormImpl::extra_repr() const {
   return util::py_tuple(options.normalized_shape()) + ", eps=" + util::py_float(options.eps()) +
          ", elementwise_affine=" + util::py_bool(options.elementwise_affine());
 }

@@ -8,18 +8,19 @@
 
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/normalization.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// Applies layer normalisation over the last len(normalized_shape) dims of the input.
-class LayerNorm : public Cloneable<LayerNorm> {
+class LayerNormImpl : public Cloneable<LayerNormImpl> {
  public:
-  explicit LayerNorm(const LayerNormOptions& options);
-  LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNormImpl(const LayerNormOptions& options);
+  LayerNormImpl(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   /// One trailing dim of this size (PyTorch's LayerNorm(4)).
-  LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  LayerNormImpl(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
 
   /// Registers weight and bias (None without elementwise_affine) and initialises them.
   void reset() override;
@@ -33,5 +34,6 @@ class LayerNorm : public Cloneable<LayerNorm> {
   Tensor weight;
   Tensor bias;
 };
+TROUPE_MODULE(LayerNorm);
 
 }  // namespace troupe::nn

@@ -9,18 +9,19 @@
 #include <troupe/util/expanding_array.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/module.h>
+#include <troupe/nn/pimpl.h>
 #include <troupe/nn/options/pooling.h>
 #include <troupe/util/options.h>
 
 namespace troupe::nn {
 
 /// 2-D max pooling over (N, C, H, W) or (C, H, W) input.
-class MaxPool2d : public Cloneable<MaxPool2d> {
+class MaxPool2dImpl : public Cloneable<MaxPool2dImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit MaxPool2d(const MaxPool2dOptions& options);
-  MaxPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
+  explicit MaxPool2dImpl(const MaxPool2dOptions& options);
+  MaxPool2dImpl(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
             ExpandingArray<2> padding = 0, ExpandingArray<2> dilation = 1, bool return_indices = false,
             bool ceil_mode = false);
 
@@ -37,14 +38,15 @@ class MaxPool2d : public Cloneable<MaxPool2d> {
 
   MaxPool2dOptions options;
 };
+TROUPE_MODULE(MaxPool2d);
 
 /// 2-D average pooling over (N, C, H, W) or (C, H, W) input.
-class AvgPool2d : public Cloneable<AvgPool2d> {
+class AvgPool2dImpl : public Cloneable<AvgPool2dImpl> {
  public:
   /// Nothing to register.
   void reset() override {}
-  explicit AvgPool2d(const AvgPool2dOptions& options);
-  AvgPool2d(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
+  explicit AvgPool2dImpl(const AvgPool2dOptions& options);
+  AvgPool2dImpl(ExpandingArray<2> kernel_size, std::optional<ExpandingArray<2>> stride = std::nullopt,
             ExpandingArray<2> padding = 0, bool ceil_mode = false, bool count_include_pad = true,
             std::optional<int64_t> divisor_override = std::nullopt);
 
@@ -54,5 +56,6 @@ class AvgPool2d : public Cloneable<AvgPool2d> {
 
   AvgPool2dOptions options;
 };
+TROUPE_MODULE(AvgPool2d);
 
 }  // namespace troupe::nn

@@ -83,53 +83,53 @@ std::vector<LayerCase> layer_cases() {
   Tensor img = randn({2, 3, 6, 6});
   using namespace nn;
   return {
-      {"Linear", [] { return std::make_shared<Linear>(6, 3); }, x},
-      {"Linear(bias=False)", [] { return std::make_shared<Linear>(6, 3, false); }, x},
-      {"Identity", [] { return std::make_shared<Identity>(); }, x},
-      {"Flatten", [] { return std::make_shared<Flatten>(); }, img},
-      {"Unflatten", [] { return std::make_shared<Unflatten>(1, std::vector<int64_t>{2, 3}); }, x},
-      {"ReLU", [] { return std::make_shared<ReLU>(); }, x},
-      {"LeakyReLU", [] { return std::make_shared<LeakyReLU>(0.2); }, x},
-      {"ELU", [] { return std::make_shared<ELU>(0.5); }, x},
-      {"GELU", [] { return std::make_shared<GELU>("tanh"); }, x},
-      {"SiLU", [] { return std::make_shared<SiLU>(); }, x},
-      {"Tanh", [] { return std::make_shared<Tanh>(); }, x},
-      {"Sigmoid", [] { return std::make_shared<Sigmoid>(); }, x},
-      {"Softmax", [] { return std::make_shared<Softmax>(1); }, x},
-      {"LogSoftmax", [] { return std::make_shared<LogSoftmax>(1); }, x},
-      {"Dropout", [] { return std::make_shared<Dropout>(0.3); }, Tensor()},
-      {"Embedding", [] { return std::make_shared<Embedding>(10, 4, 2); }, Tensor()},
-      {"Conv2d", [] { return std::make_shared<Conv2d>(3, 4, 3, 1, 1); }, img},
-      {"MaxPool2d", [] { return std::make_shared<MaxPool2d>(2); }, img},
-      {"AvgPool2d", [] { return std::make_shared<AvgPool2d>(3, 2, 1); }, img},
-      {"LayerNorm", [] { return std::make_shared<LayerNorm>(6); }, x},
-      {"BatchNorm1d", [] { return std::make_shared<BatchNorm1d>(6); }, x},
-      {"BatchNorm2d", [] { return std::make_shared<BatchNorm2d>(3, 1e-3, std::nullopt); }, img},
-      {"MSELoss", [] { return std::make_shared<MSELoss>(); }, Tensor()},
-      {"L1Loss", [] { return std::make_shared<L1Loss>(); }, Tensor()},
-      {"SmoothL1Loss", [] { return std::make_shared<SmoothL1Loss>(); }, Tensor()},
-      {"HuberLoss", [] { return std::make_shared<HuberLoss>(); }, Tensor()},
-      {"CrossEntropyLoss", [] { return std::make_shared<CrossEntropyLoss>(CrossEntropyLossOptions().weight(rand({5}))); },
+      {"Linear", [] { return std::make_shared<LinearImpl>(6, 3); }, x},
+      {"Linear(bias=False)", [] { return std::make_shared<LinearImpl>(6, 3, false); }, x},
+      {"Identity", [] { return std::make_shared<IdentityImpl>(); }, x},
+      {"Flatten", [] { return std::make_shared<FlattenImpl>(); }, img},
+      {"Unflatten", [] { return std::make_shared<UnflattenImpl>(1, std::vector<int64_t>{2, 3}); }, x},
+      {"ReLU", [] { return std::make_shared<ReLUImpl>(); }, x},
+      {"LeakyReLU", [] { return std::make_shared<LeakyReLUImpl>(0.2); }, x},
+      {"ELU", [] { return std::make_shared<ELUImpl>(0.5); }, x},
+      {"GELU", [] { return std::make_shared<GELUImpl>("tanh"); }, x},
+      {"SiLU", [] { return std::make_shared<SiLUImpl>(); }, x},
+      {"Tanh", [] { return std::make_shared<TanhImpl>(); }, x},
+      {"Sigmoid", [] { return std::make_shared<SigmoidImpl>(); }, x},
+      {"Softmax", [] { return std::make_shared<SoftmaxImpl>(1); }, x},
+      {"LogSoftmax", [] { return std::make_shared<LogSoftmaxImpl>(1); }, x},
+      {"Dropout", [] { return std::make_shared<DropoutImpl>(0.3); }, Tensor()},
+      {"Embedding", [] { return std::make_shared<EmbeddingImpl>(10, 4, 2); }, Tensor()},
+      {"Conv2d", [] { return std::make_shared<Conv2dImpl>(3, 4, 3, 1, 1); }, img},
+      {"MaxPool2d", [] { return std::make_shared<MaxPool2dImpl>(2); }, img},
+      {"AvgPool2d", [] { return std::make_shared<AvgPool2dImpl>(3, 2, 1); }, img},
+      {"LayerNorm", [] { return std::make_shared<LayerNormImpl>(6); }, x},
+      {"BatchNorm1d", [] { return std::make_shared<BatchNorm1dImpl>(6); }, x},
+      {"BatchNorm2d", [] { return std::make_shared<BatchNorm2dImpl>(3, 1e-3, std::nullopt); }, img},
+      {"MSELoss", [] { return std::make_shared<MSELossImpl>(); }, Tensor()},
+      {"L1Loss", [] { return std::make_shared<L1LossImpl>(); }, Tensor()},
+      {"SmoothL1Loss", [] { return std::make_shared<SmoothL1LossImpl>(); }, Tensor()},
+      {"HuberLoss", [] { return std::make_shared<HuberLossImpl>(); }, Tensor()},
+      {"CrossEntropyLoss", [] { return std::make_shared<CrossEntropyLossImpl>(CrossEntropyLossOptions().weight(rand({5}))); },
        Tensor()},
-      {"NLLLoss", [] { return std::make_shared<NLLLoss>(NLLLossOptions().weight(rand({5}))); }, Tensor()},
-      {"BCELoss", [] { return std::make_shared<BCELoss>(BCELossOptions().weight(rand({6}))); }, Tensor()},
+      {"NLLLoss", [] { return std::make_shared<NLLLossImpl>(NLLLossOptions().weight(rand({5}))); }, Tensor()},
+      {"BCELoss", [] { return std::make_shared<BCELossImpl>(BCELossOptions().weight(rand({6}))); }, Tensor()},
       {"BCEWithLogitsLoss",
        [] {
-         return std::make_shared<BCEWithLogitsLoss>(BCEWithLogitsLossOptions().weight(rand({6})).pos_weight(rand({6})));
+         return std::make_shared<BCEWithLogitsLossImpl>(BCEWithLogitsLossOptions().weight(rand({6})).pos_weight(rand({6})));
        },
        Tensor()},
       {"Sequential",
-       [] { return std::make_shared<Sequential>(std::make_shared<Linear>(6, 5), std::make_shared<ReLU>(),
-                                                std::make_shared<BatchNorm1d>(5), std::make_shared<Linear>(5, 2)); },
+       [] { return std::make_shared<SequentialImpl>(std::make_shared<LinearImpl>(6, 5), std::make_shared<ReLUImpl>(),
+                                                std::make_shared<BatchNorm1dImpl>(5), std::make_shared<LinearImpl>(5, 2)); },
        x},
-      {"ModuleList", [] { return std::make_shared<ModuleList>(ModuleList{std::make_shared<Linear>(2, 2), std::make_shared<Tanh>()}); },
+      {"ModuleList", [] { return std::make_shared<ModuleListImpl>(ModuleListImpl{std::make_shared<LinearImpl>(2, 2), std::make_shared<TanhImpl>()}); },
        Tensor()},
       {"ModuleDict",
-       [] { return std::make_shared<ModuleDict>(ModuleDict{{"fc", std::make_shared<Linear>(2, 3)}, {"act", std::make_shared<ReLU>()}}); },
+       [] { return std::make_shared<ModuleDictImpl>(ModuleDictImpl{{"fc", std::make_shared<LinearImpl>(2, 3)}, {"act", std::make_shared<ReLUImpl>()}}); },
        Tensor()},
-      {"ParameterList", [] { return std::make_shared<ParameterList>(ParameterList{randn({2, 3}), randn({4})}); }, Tensor()},
+      {"ParameterList", [] { return std::make_shared<ParameterListImpl>(ParameterListImpl{randn({2, 3}), randn({4})}); }, Tensor()},
       {"ParameterDict",
-       [] { return std::make_shared<ParameterDict>(std::vector<std::pair<std::string, Tensor>>{{"b", randn({3})}, {"a", randn({2, 2})}}); },
+       [] { return std::make_shared<ParameterDictImpl>(std::vector<std::pair<std::string, Tensor>>{{"b", randn({3})}, {"a", randn({2, 2})}}); },
        Tensor()},
   };
 }
@@ -152,25 +152,25 @@ TEST(Clone, EveryBuiltInLayerCopiesValuesIntoStorageOfItsOwn) {
 }
 
 TEST(Clone, LayerMembersPointIntoTheCopy) {
-  auto lin = std::make_shared<nn::Linear>(3, 2);
-  auto lin2 = std::dynamic_pointer_cast<nn::Linear>(lin->clone());
+  auto lin = std::make_shared<nn::LinearImpl>(3, 2);
+  auto lin2 = std::dynamic_pointer_cast<nn::LinearImpl>(lin->clone());
   ASSERT_TRUE(lin2);
   EXPECT_TRUE(lin2->weight.is_same(lin2->get_parameter("weight")));
   EXPECT_TRUE(lin2->bias.is_same(lin2->get_parameter("bias")));
   EXPECT_EQ(lin2->options.in_features(), 3);
   EXPECT_EQ(lin2->options.out_features(), 2);
 
-  auto bn = std::make_shared<nn::BatchNorm2d>(3);
-  auto bn2 = std::dynamic_pointer_cast<nn::BatchNorm2d>(bn->clone());
+  auto bn = std::make_shared<nn::BatchNorm2dImpl>(3);
+  auto bn2 = std::dynamic_pointer_cast<nn::BatchNorm2dImpl>(bn->clone());
   ASSERT_TRUE(bn2);
   EXPECT_TRUE(bn2->running_mean.is_same(bn2->get_buffer("running_mean")));
   EXPECT_TRUE(bn2->num_batches_tracked.is_same(bn2->get_buffer("num_batches_tracked")));
 
   // a loss weight given in the options is the module's own buffer; the copy's is a separate tensor
   Tensor w = rand({4});
-  auto ce = std::make_shared<nn::CrossEntropyLoss>(nn::CrossEntropyLossOptions().weight(w));
+  auto ce = std::make_shared<nn::CrossEntropyLossImpl>(nn::CrossEntropyLossOptions().weight(w));
   EXPECT_TRUE(ce->weight.is_same(w));
-  auto ce2 = std::dynamic_pointer_cast<nn::CrossEntropyLoss>(ce->clone());
+  auto ce2 = std::dynamic_pointer_cast<nn::CrossEntropyLossImpl>(ce->clone());
   EXPECT_FALSE(ce2->weight.is_same(w));
   EXPECT_TRUE(ce2->weight.is_same(ce2->get_buffer("weight")));
   EXPECT_TRUE(equal(ce2->weight, w));
@@ -178,7 +178,7 @@ TEST(Clone, LayerMembersPointIntoTheCopy) {
   // Embedding built on a given table: the copy's table is its own
   Tensor table = randn({5, 3});
   auto emb = nn::Embedding::from_pretrained(table, false);
-  auto emb2 = std::dynamic_pointer_cast<nn::Embedding>(emb->clone());
+  auto emb2 = std::dynamic_pointer_cast<nn::EmbeddingImpl>(emb->clone());
   EXPECT_TRUE(emb2->weight.is_same(emb2->get_parameter("weight")));
   EXPECT_NE(emb2->weight.data_ptr(), table.data_ptr());
   EXPECT_TRUE(equal(emb2->weight, table));
@@ -187,10 +187,10 @@ TEST(Clone, LayerMembersPointIntoTheCopy) {
 
 TEST(Clone, RequiresGradAndGradientsAreCopied) {
   manual_seed(0);
-  auto lin = std::make_shared<nn::Linear>(4, 3);
+  auto lin = std::make_shared<nn::LinearImpl>(4, 3);
   nn::functional::mse_loss((*lin)(randn({5, 4})), zeros({5, 3})).backward();
   lin->bias.requires_grad_(false);  // the bias keeps the gradient it has
-  auto copy = std::dynamic_pointer_cast<nn::Linear>(lin->clone());
+  auto copy = std::dynamic_pointer_cast<nn::LinearImpl>(lin->clone());
   EXPECT_TRUE(copy->weight.requires_grad());
   EXPECT_FALSE(copy->bias.requires_grad());
   ASSERT_TRUE(copy->weight.grad().defined());
@@ -200,7 +200,7 @@ TEST(Clone, RequiresGradAndGradientsAreCopied) {
   EXPECT_TRUE(copy->weight.is_leaf());
 
   lin->zero_grad();
-  auto copy2 = std::dynamic_pointer_cast<nn::Linear>(lin->clone());
+  auto copy2 = std::dynamic_pointer_cast<nn::LinearImpl>(lin->clone());
   EXPECT_FALSE(copy2->weight.grad().defined());
   // the copy's gradients accumulate on their own
   nn::functional::mse_loss((*copy2)(ones({2, 4})), zeros({2, 3})).backward();
@@ -210,10 +210,10 @@ TEST(Clone, RequiresGradAndGradientsAreCopied) {
 
 TEST(Clone, BatchNormRunningStatsAndTrainingFlag) {
   manual_seed(1);
-  auto bn = std::make_shared<nn::BatchNorm1d>(4, 1e-5, 0.3);
+  auto bn = std::make_shared<nn::BatchNorm1dImpl>(4, 1e-5, 0.3);
   for (int i = 0; i < 3; ++i) (*bn)(randn({8, 4}));
   bn->eval();
-  auto copy = std::dynamic_pointer_cast<nn::BatchNorm1d>(bn->clone());
+  auto copy = std::dynamic_pointer_cast<nn::BatchNorm1dImpl>(bn->clone());
   EXPECT_FALSE(copy->is_training());
   EXPECT_EQ(copy->num_batches_tracked.item<int64_t>(), 3);
   EXPECT_EQ(copy->num_batches_tracked.dtype(), kInt64);
@@ -231,11 +231,11 @@ TEST(Clone, BatchNormRunningStatsAndTrainingFlag) {
 }
 
 TEST(Clone, TrainingFlagAtEveryLevel) {
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::Dropout>(),
-                                              std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>()));
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 2), std::make_shared<nn::DropoutImpl>(),
+                                              std::make_shared<nn::SequentialImpl>(std::make_shared<nn::ReLUImpl>()));
   net->eval();
   (*net)[1]->train();
-  auto copy = std::dynamic_pointer_cast<nn::Sequential>(net->clone());
+  auto copy = std::dynamic_pointer_cast<nn::SequentialImpl>(net->clone());
   auto a = net->modules(), b = copy->modules();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -246,9 +246,9 @@ TEST(Clone, TrainingFlagAtEveryLevel) {
 
 TEST(Clone, SharedSubmodulesAndParametersMapToOneCopy) {
   // copy.deepcopy(nn.Sequential(lin, lin)): both entries are the one copy of lin
-  auto lin = std::make_shared<nn::Linear>(3, 3);
-  auto net = std::make_shared<nn::Sequential>(lin, std::make_shared<nn::Tanh>(), lin);
-  auto copy = std::dynamic_pointer_cast<nn::Sequential>(net->clone());
+  auto lin = std::make_shared<nn::LinearImpl>(3, 3);
+  auto net = std::make_shared<nn::SequentialImpl>(lin, std::make_shared<nn::TanhImpl>(), lin);
+  auto copy = std::dynamic_pointer_cast<nn::SequentialImpl>(net->clone());
   EXPECT_EQ((*copy)[0].get(), (*copy)[2].get());
   EXPECT_NE((*copy)[0].get(), lin.get());
   EXPECT_EQ(copy->parameters().size(), 2u);  // deduplicated, as in the original
@@ -258,9 +258,9 @@ TEST(Clone, SharedSubmodulesAndParametersMapToOneCopy) {
 
   // one tensor under two names
   Tensor p = randn({2}).requires_grad_();
-  auto plist = std::make_shared<nn::ParameterList>(nn::ParameterList{p, p});
+  auto plist = std::make_shared<nn::ParameterListImpl>(nn::ParameterListImpl{p, p});
   EXPECT_TRUE((*plist)[0].is_same((*plist)[1]));
-  auto pcopy = std::dynamic_pointer_cast<nn::ParameterList>(plist->clone());
+  auto pcopy = std::dynamic_pointer_cast<nn::ParameterListImpl>(plist->clone());
   EXPECT_TRUE((*pcopy)[0].is_same((*pcopy)[1]));
   EXPECT_FALSE((*pcopy)[0].is_same(p));
   EXPECT_EQ(pcopy->parameters().size(), 1u);
@@ -275,8 +275,8 @@ class Net : public nn::Cloneable<Net> {
  public:
   explicit Net(NetOptions o = {}) : options(o) { reset(); }
   void reset() override {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, options.hidden));
-    bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(options.hidden));
+    fc1 = register_module("fc1", std::make_shared<nn::LinearImpl>(4, options.hidden));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm1dImpl>(options.hidden));
     // a plain Module child made here: filled in place by clone()
     block = register_module("block", std::make_shared<nn::Module>("Block"));
     block_w = block->register_parameter("w", randn({options.hidden, 2}));
@@ -289,8 +289,8 @@ class Net : public nn::Cloneable<Net> {
     return (*bn)((*fc1)(x)).relu().matmul(block_w) * scale;
   }
   NetOptions options;
-  std::shared_ptr<nn::Linear> fc1;
-  std::shared_ptr<nn::BatchNorm1d> bn;
+  std::shared_ptr<nn::LinearImpl> fc1;
+  std::shared_ptr<nn::BatchNorm1dImpl> bn;
   nn::ModulePtr block;
   Tensor block_w, scale, steps, scratch;
 };
@@ -329,10 +329,10 @@ TEST(Clone, UserModuleWithChildrenMadeInReset) {
 
 TEST(Clone, SequentialOfLayersPrintsAndRunsAsTheOriginal) {
   manual_seed(5);
-  auto net = std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(1, 2, 3), std::make_shared<nn::BatchNorm2d>(2), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(8, 3),
-      std::make_shared<nn::LogSoftmax>(1));
+  auto net = std::make_shared<nn::SequentialImpl>(
+      std::make_shared<nn::Conv2dImpl>(1, 2, 3), std::make_shared<nn::BatchNorm2dImpl>(2), std::make_shared<nn::ReLUImpl>(),
+      std::make_shared<nn::MaxPool2dImpl>(2), std::make_shared<nn::FlattenImpl>(), std::make_shared<nn::LinearImpl>(8, 3),
+      std::make_shared<nn::LogSoftmaxImpl>(1));
   Tensor x = randn({4, 1, 6, 6});
   (*net)(x);
   auto copy = net->clone();
@@ -342,8 +342,8 @@ TEST(Clone, SequentialOfLayersPrintsAndRunsAsTheOriginal) {
 }
 
 TEST(Clone, ModuleListIteratesTheCopysChildren) {
-  auto list = std::make_shared<nn::ModuleList>(nn::ModuleList{std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::ReLU>()});
-  auto copy = std::dynamic_pointer_cast<nn::ModuleList>(list->clone());
+  auto list = std::make_shared<nn::ModuleListImpl>(nn::ModuleListImpl{std::make_shared<nn::LinearImpl>(2, 2), std::make_shared<nn::ReLUImpl>()});
+  auto copy = std::dynamic_pointer_cast<nn::ModuleListImpl>(list->clone());
   std::vector<nn::ModulePtr> seen(copy->begin(), copy->end());
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0].get(), (*copy)[0].get());
@@ -352,7 +352,7 @@ TEST(Clone, ModuleListIteratesTheCopysChildren) {
 }
 
 TEST(Clone, ToDeviceAndDtype) {
-  auto lin = std::make_shared<nn::Linear>(3, 2);
+  auto lin = std::make_shared<nn::LinearImpl>(3, 2);
   lin->to(kFloat64);
   auto copy = lin->clone(Device(kCPU));
   for (const auto& t : copy->parameters()) {
@@ -364,7 +364,7 @@ TEST(Clone, ToDeviceAndDtype) {
 
 TEST(Clone, HooksComeAlong) {
   int calls = 0;
-  auto lin = std::make_shared<nn::Linear>(2, 2);
+  auto lin = std::make_shared<nn::LinearImpl>(2, 2);
   lin->register_forward_hook([&calls](nn::Module&, const nn::Args&, const nn::Value&) { ++calls; });
   auto copy = lin->clone();
   (*copy)(ones({1, 2}));
@@ -373,8 +373,8 @@ TEST(Clone, HooksComeAlong) {
 }
 
 TEST(Clone, DrawsNoRandomNumbers) {
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(50, 40), std::make_shared<nn::Embedding>(30, 8),
-                                              std::make_shared<nn::Conv2d>(3, 4, 3));
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(50, 40), std::make_shared<nn::EmbeddingImpl>(30, 8),
+                                              std::make_shared<nn::Conv2dImpl>(3, 4, 3));
   auto user = std::make_shared<Net>();
   manual_seed(11);
   Tensor expected = randn({4});
@@ -400,12 +400,12 @@ TEST(Clone, ModuleThatIsNotCloneableThrows) {
               "its parameters, buffers and submodules in reset()");
   }
   // inside a container, the plain module is named
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 2), plain);
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 2), plain);
   EXPECT_THROW(net->clone(), std::runtime_error);
 }
 
 TEST(Clone, ResetThatDisagreesWithTheModuleThrows) {
-  auto lin = std::make_shared<nn::Linear>(3, 2);
+  auto lin = std::make_shared<nn::LinearImpl>(3, 2);
   lin->weight.set_data(zeros({5, 3}));  // no longer the shape the options describe
   try {
     lin->clone();

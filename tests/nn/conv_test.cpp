@@ -55,7 +55,7 @@ TEST(Conv2dTest, DefaultInitIsBitEqualToPyTorch) {
     manual_seed(static_cast<uint64_t>(p[0]));
     auto opts = nn::Conv2dOptions(p[1], p[2], {p[3], p[4]}).groups(p[5]).bias(p[6] != 0);
     if (p[7]) opts.dtype(kFloat64);
-    auto m = std::make_shared<nn::Conv2d>(opts);
+    auto m = std::make_shared<nn::Conv2dImpl>(opts);
     EXPECT_TRUE(tensors_close(m->weight, get("init_" + c + "_weight"), 0, 0, true));
     EXPECT_TRUE(m->weight.requires_grad());
     if (p[6]) {
@@ -67,7 +67,7 @@ TEST(Conv2dTest, DefaultInitIsBitEqualToPyTorch) {
 }
 
 TEST(Conv2dTest, ParametersAndShapes) {
-  auto m = std::make_shared<nn::Conv2d>(4, 6, 3, /*stride=*/1, /*padding=*/1, /*dilation=*/1, /*groups=*/2);
+  auto m = std::make_shared<nn::Conv2dImpl>(4, 6, 3, /*stride=*/1, /*padding=*/1, /*dilation=*/1, /*groups=*/2);
   EXPECT_EQ(m->weight.sizes().vec(), (std::vector<int64_t>{6, 2, 3, 3}));
   EXPECT_EQ(m->bias.sizes().vec(), (std::vector<int64_t>{6}));
   auto names = m->named_parameters().keys();
@@ -77,7 +77,7 @@ TEST(Conv2dTest, ParametersAndShapes) {
   // unbatched input
   EXPECT_EQ((*m)(randn({4, 5, 7})).sizes().vec(), (std::vector<int64_t>{6, 5, 7}));
 
-  auto nb = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 3, {2, 3}).bias(false).dtype(kFloat64));
+  auto nb = std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(2, 3, {2, 3}).bias(false).dtype(kFloat64));
   EXPECT_EQ(nb->named_parameters().keys(), (std::vector<std::string>{"weight"}));
   EXPECT_EQ(nb->weight.dtype(), kFloat64);
   EXPECT_FALSE(nb->bias.defined());
@@ -87,7 +87,7 @@ TEST(Conv2dTest, SkipInitLeavesParametersUninitialised) {
   manual_seed(5);
   Tensor before = rand({3});
   manual_seed(5);
-  auto m = nn::skip_init<nn::Conv2d>(2, 3, 3);
+  auto m = nn::skip_init<nn::Conv2dImpl>(2, 3, 3);
   // no random numbers were drawn
   EXPECT_TRUE(tensors_close(rand({3}), before, 0, 0));
   EXPECT_EQ(m->weight.sizes().vec(), (std::vector<int64_t>{3, 2, 3, 3}));
@@ -209,7 +209,7 @@ TEST(Conv2dTest, PaddingModesMatchPyTorch) {
     } else {
       opts.padding({p[4], p[5]});
     }
-    auto m = std::make_shared<nn::Conv2d>(opts);
+    auto m = std::make_shared<nn::Conv2dImpl>(opts);
     EXPECT_TRUE(tensors_close(m->weight, get(c + "weight"), 0, 0));
     EXPECT_TRUE(tensors_close(m->bias, get(c + "bias"), 0, 0));
     Tensor x = leaf(c + "x");
@@ -231,7 +231,7 @@ TEST(Conv2dTest, Errors) {
   expect_error([] { nn::Conv2d(nn::Conv2dOptions(1, 1, 3).padding_mode("mirror")); },
                "padding_mode must be one of {'zeros', 'reflect', 'replicate', 'circular'}, but got "
                "padding_mode='mirror'");
-  auto m = std::make_shared<nn::Conv2d>(1, 20, 5);
+  auto m = std::make_shared<nn::Conv2dImpl>(1, 20, 5);
   expect_error([&] { (*m)(randn({1, 3, 28, 28})); },
                "Given groups=1, weight of size [20, 1, 5, 5], expected input[1, 3, 28, 28] to have 1 channels, but "
                "got 3 channels instead");
@@ -239,22 +239,22 @@ TEST(Conv2dTest, Errors) {
 
 TEST(Conv2dTest, PrintsAsPyTorch) {
   // texts from PyTorch 1.13 (the `# repr:` lines of nn_conv.txt)
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(1, 20, 5)->repr(), "Conv2d(1, 20, kernel_size=(5, 5), stride=(1, 1))");
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 20, {5, 3}).padding({1, 2}).dilation(2).bias(false))->repr(),
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(1, 20, 5)->repr(), "Conv2d(1, 20, kernel_size=(5, 5), stride=(1, 1))");
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(1, 20, {5, 3}).padding({1, 2}).dilation(2).bias(false))->repr(),
             "Conv2d(1, 20, kernel_size=(5, 3), stride=(1, 1), padding=(1, 2), dilation=(2, 2), bias=False)");
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(4, 6, 3).stride({2, 1}).groups(2).padding(1))->repr(),
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(4, 6, 3).stride({2, 1}).groups(2).padding(1))->repr(),
             "Conv2d(4, 6, kernel_size=(3, 3), stride=(2, 1), padding=(1, 1), groups=2)");
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 3).padding("same").padding_mode("circular"))->repr(),
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(2, 2, 3).padding("same").padding_mode("circular"))->repr(),
             "Conv2d(2, 2, kernel_size=(3, 3), stride=(1, 1), padding=same, padding_mode=circular)");
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 3).padding("valid"))->repr(),
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(2, 2, 3).padding("valid"))->repr(),
             "Conv2d(2, 2, kernel_size=(3, 3), stride=(1, 1), padding=valid)");
-  EXPECT_EQ(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 2).padding("same").groups(2).padding_mode("reflect"))->repr(),
+  EXPECT_EQ(std::make_shared<nn::Conv2dImpl>(nn::Conv2dOptions(2, 2, 2).padding("same").groups(2).padding_mode("reflect"))->repr(),
             "Conv2d(2, 2, kernel_size=(2, 2), stride=(1, 1), padding=same, groups=2, padding_mode=reflect)");
-  EXPECT_EQ(std::make_shared<nn::MaxPool2d>(2)->repr(), "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)");
-  EXPECT_EQ(std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions({2, 3}).stride(1).padding({1, 0}).dilation(2).ceil_mode(true))->repr(),
+  EXPECT_EQ(std::make_shared<nn::MaxPool2dImpl>(2)->repr(), "MaxPool2d(kernel_size=2, stride=2, padding=0, dilation=1, ceil_mode=False)");
+  EXPECT_EQ(std::make_shared<nn::MaxPool2dImpl>(nn::MaxPool2dOptions({2, 3}).stride(1).padding({1, 0}).dilation(2).ceil_mode(true))->repr(),
             "MaxPool2d(kernel_size=(2, 3), stride=1, padding=(1, 0), dilation=2, ceil_mode=True)");
-  EXPECT_EQ(std::make_shared<nn::AvgPool2d>(2)->repr(), "AvgPool2d(kernel_size=2, stride=2, padding=0)");
-  EXPECT_EQ(std::make_shared<nn::AvgPool2d>(nn::AvgPool2dOptions({3, 2}).stride({2, 1}).padding(1).ceil_mode(true))->repr(),
+  EXPECT_EQ(std::make_shared<nn::AvgPool2dImpl>(2)->repr(), "AvgPool2d(kernel_size=2, stride=2, padding=0)");
+  EXPECT_EQ(std::make_shared<nn::AvgPool2dImpl>(nn::AvgPool2dOptions({3, 2}).stride({2, 1}).padding(1).ceil_mode(true))->repr(),
             "AvgPool2d(kernel_size=(3, 2), stride=(2, 1), padding=1)");
 }
 
@@ -276,7 +276,7 @@ TEST(PoolingTest, MaxPool2dMatchesPyTorch) {
     out.backward(get(c + "g"));
     EXPECT_TRUE(tensors_close(x.grad(), get(c + "dx"), 1e-6, 1e-6));
     // the module gives the same, and a tuple with return_indices
-    auto m = std::make_shared<nn::MaxPool2d>(nn::MaxPool2dOptions({p[0], p[1]})
+    auto m = std::make_shared<nn::MaxPool2dImpl>(nn::MaxPool2dOptions({p[0], p[1]})
                                                  .stride({p[2], p[3]})
                                                  .padding({p[4], p[5]})
                                                  .dilation({p[6], p[7]})
@@ -291,7 +291,7 @@ TEST(PoolingTest, MaxPool2dMatchesPyTorch) {
   Tensor x = randn({1, 1, 4, 6});
   EXPECT_TRUE(tensors_close(F::max_pool2d(x, F::MaxPool2dFuncOptions(2)),
                             F::max_pool2d(x, F::MaxPool2dFuncOptions(2).stride(2)), 0, 0));
-  EXPECT_EQ(nn::MaxPool2d(3).options.stride()[1], 3);
+  EXPECT_EQ(nn::MaxPool2d(3)->options.stride()[1], 3);
 }
 
 TEST(PoolingTest, AvgPool2dMatchesPyTorch) {
@@ -310,7 +310,7 @@ TEST(PoolingTest, AvgPool2dMatchesPyTorch) {
     EXPECT_TRUE(tensors_close(out, get(c + "out"), 1e-6, 1e-6));
     out.backward(get(c + "g"));
     EXPECT_TRUE(tensors_close(x.grad(), get(c + "dx"), 1e-6, 1e-6));
-    auto m = std::make_shared<nn::AvgPool2d>(nn::AvgPool2dOptions({p[0], p[1]})
+    auto m = std::make_shared<nn::AvgPool2dImpl>(nn::AvgPool2dOptions({p[0], p[1]})
                                                  .stride({p[2], p[3]})
                                                  .padding({p[4], p[5]})
                                                  .ceil_mode(p[6] != 0)
@@ -324,9 +324,9 @@ TEST(PoolingTest, AvgPool2dMatchesPyTorch) {
 
 TEST(ConvNetTest, TrainAndEvalStepsMatchPyTorch) {
   manual_seed(1000);
-  auto conv = std::make_shared<nn::Conv2d>(1, 4, 3);
-  auto bn = std::make_shared<nn::BatchNorm2d>(4);
-  auto pool = std::make_shared<nn::MaxPool2d>(2);
+  auto conv = std::make_shared<nn::Conv2dImpl>(1, 4, 3);
+  auto bn = std::make_shared<nn::BatchNorm2dImpl>(4);
+  auto pool = std::make_shared<nn::MaxPool2dImpl>(2);
   EXPECT_TRUE(tensors_close(conv->weight, get("net_conv_w"), 0, 0));
   EXPECT_TRUE(tensors_close(conv->bias, get("net_conv_b"), 0, 0));
   Tensor fc_w = leaf("net_fc_w"), fc_b = leaf("net_fc_b");

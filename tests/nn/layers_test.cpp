@@ -75,24 +75,24 @@ bool bits_equal(const Tensor& a, const Tensor& b) { return tensors_close(a, b, 0
 
 TEST(NnLinear, DefaultInitMatchesPyTorchBitForBit) {
   manual_seed(0);
-  auto l = std::make_shared<nn::Linear>(5, 3);
+  auto l = std::make_shared<nn::LinearImpl>(5, 3);
   EXPECT_TRUE(bits_equal(l->weight, fx().get("linear_5_3_weight")));
   EXPECT_TRUE(bits_equal(l->bias, fx().get("linear_5_3_bias")));
 
   manual_seed(1);
-  auto nb = std::make_shared<nn::Linear>(20, 10, /*bias=*/false);
+  auto nb = std::make_shared<nn::LinearImpl>(20, 10, /*bias=*/false);
   EXPECT_TRUE(bits_equal(nb->weight, fx().get("linear_20_10_nobias_weight")));
   EXPECT_FALSE(nb->bias.defined());
   EXPECT_EQ(nb->named_parameters().keys(), std::vector<std::string>{"weight"});
 
   manual_seed(2);
-  auto d = std::make_shared<nn::Linear>(nn::LinearOptions(4, 3).dtype(kFloat64));
+  auto d = std::make_shared<nn::LinearImpl>(nn::LinearOptions(4, 3).dtype(kFloat64));
   EXPECT_TRUE(bits_equal(d->weight, fx().get("linear_4_3_f64_weight")));
   EXPECT_TRUE(bits_equal(d->bias, fx().get("linear_4_3_f64_bias")));
 }
 
 TEST(NnLinear, ParametersAndShapes) {
-  auto l = std::make_shared<nn::Linear>(nn::LinearOptions(4, 3).bias(true));
+  auto l = std::make_shared<nn::LinearImpl>(nn::LinearOptions(4, 3).bias(true));
   EXPECT_EQ(l->named_parameters().keys(), (std::vector<std::string>{"weight", "bias"}));
   EXPECT_EQ(l->weight.sizes().vec(), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(l->bias.sizes().vec(), (std::vector<int64_t>{3}));
@@ -108,26 +108,26 @@ TEST(NnLinear, ParametersAndShapes) {
 }
 
 TEST(NnLinear, ToDtypeKeepsTheParameterHandles) {
-  auto l = std::make_shared<nn::Linear>(3, 2);
+  auto l = std::make_shared<nn::LinearImpl>(3, 2);
   l->to(kFloat64);
   EXPECT_EQ(l->weight.dtype(), kFloat64);
   EXPECT_EQ(l->bias.dtype(), kFloat64);
   EXPECT_TRUE(l->named_parameters()["weight"].is_same(l->weight));
   EXPECT_EQ((*l)(randn({4, 3}, TensorOptions().dtype(kFloat64))).dtype(), kFloat64);
   EXPECT_EQ(l->state_dict().keys(), (std::vector<std::string>{"weight", "bias"}));
-  auto e = std::make_shared<nn::Embedding>(nn::EmbeddingOptions(4, 2).dtype(kFloat64));
+  auto e = std::make_shared<nn::EmbeddingImpl>(nn::EmbeddingOptions(4, 2).dtype(kFloat64));
   EXPECT_EQ(e->weight.dtype(), kFloat64);
 }
 
 TEST(NnLinear, WrongInputFeaturesError) {
-  auto l = std::make_shared<nn::Linear>(8, 3);
+  auto l = std::make_shared<nn::LinearImpl>(8, 3);
   const std::string e = error_of<std::invalid_argument>([&] { (*l)(randn({4, 7})); });
   EXPECT_NE(e.find("mat1 and mat2 shapes cannot be multiplied (4x7 and 8x3)"), std::string::npos) << e;
 }
 
 TEST(NnLinear, SkipInitDrawsNoRandomNumbers) {
   manual_seed(5);
-  auto l = nn::skip_init<nn::Linear>(16, 8);
+  auto l = nn::skip_init<nn::LinearImpl>(16, 8);
   EXPECT_EQ(l->weight.sizes().vec(), (std::vector<int64_t>{8, 16}));
   Tensor after = rand({4});
   manual_seed(5);
@@ -136,29 +136,29 @@ TEST(NnLinear, SkipInitDrawsNoRandomNumbers) {
 
 TEST(NnLinear, IdentityFlattenUnflatten) {
   Tensor x = randn({2, 3, 4, 5});
-  auto id = std::make_shared<nn::Identity>();
+  auto id = std::make_shared<nn::IdentityImpl>();
   EXPECT_TRUE((*id)(x).is_same(x));
-  auto fl = std::make_shared<nn::Flatten>();
+  auto fl = std::make_shared<nn::FlattenImpl>();
   EXPECT_EQ((*fl)(x).sizes().vec(), (std::vector<int64_t>{2, 60}));
-  auto fl02 = std::make_shared<nn::Flatten>(0, 2);
+  auto fl02 = std::make_shared<nn::FlattenImpl>(0, 2);
   EXPECT_EQ((*fl02)(x).sizes().vec(), (std::vector<int64_t>{24, 5}));
-  auto un = std::make_shared<nn::Unflatten>(1, std::vector<int64_t>{2, 30});
+  auto un = std::make_shared<nn::UnflattenImpl>(1, std::vector<int64_t>{2, 30});
   Tensor u = (*un)((*fl)(x));
   EXPECT_EQ(u.sizes().vec(), (std::vector<int64_t>{2, 2, 30}));
   EXPECT_TRUE(equal(u.reshape({2, 3, 4, 5}), x));
-  auto un_neg = std::make_shared<nn::Unflatten>(nn::UnflattenOptions(-1, {-1, 5}));
+  auto un_neg = std::make_shared<nn::UnflattenImpl>(nn::UnflattenOptions(-1, {-1, 5}));
   EXPECT_EQ((*un_neg)(randn({3, 20})).sizes().vec(), (std::vector<int64_t>{3, 4, 5}));
-  EXPECT_THROW((*std::make_shared<nn::Flatten>(3))(randn({3, 7})), std::exception);
-  EXPECT_THROW((*std::make_shared<nn::Unflatten>(1, std::vector<int64_t>{2, 5}))(randn({3, 7})), std::exception);
+  EXPECT_THROW((*std::make_shared<nn::FlattenImpl>(3))(randn({3, 7})), std::exception);
+  EXPECT_THROW((*std::make_shared<nn::UnflattenImpl>(1, std::vector<int64_t>{2, 5}))(randn({3, 7})), std::exception);
 }
 
 // ------------------------------------------------------------------------------------- MLP
 
 TEST(NnLayers, MlpForwardBackwardMatchesPyTorch) {
   manual_seed(0);
-  auto fc1 = std::make_shared<nn::Linear>(8, 16);
-  auto fc2 = std::make_shared<nn::Linear>(16, 4);
-  auto act = std::make_shared<nn::ReLU>();
+  auto fc1 = std::make_shared<nn::LinearImpl>(8, 16);
+  auto fc2 = std::make_shared<nn::LinearImpl>(16, 4);
+  auto act = std::make_shared<nn::ReLUImpl>();
   Tensor x = randn({5, 8}).requires_grad_(true);
   Tensor gy = randn({5, 4});
   EXPECT_TRUE(bits_equal(fc1->weight, fx().get("mlp_fc1_weight")));
@@ -182,16 +182,16 @@ TEST(NnLayers, MlpForwardBackwardMatchesPyTorch) {
 
 TEST(NnActivation, ForwardBackwardMatchPyTorch) {
   const std::vector<std::pair<std::string, nn::ModulePtr>> mods = {
-      {"relu", std::make_shared<nn::ReLU>()},
-      {"leaky_relu", std::make_shared<nn::LeakyReLU>(0.2)},
-      {"elu", std::make_shared<nn::ELU>(0.5)},
-      {"gelu", std::make_shared<nn::GELU>()},
-      {"gelu_tanh", std::make_shared<nn::GELU>("tanh")},
-      {"silu", std::make_shared<nn::SiLU>()},
-      {"tanh", std::make_shared<nn::Tanh>()},
-      {"sigmoid", std::make_shared<nn::Sigmoid>()},
-      {"softmax1", std::make_shared<nn::Softmax>(1)},
-      {"log_softmax0", std::make_shared<nn::LogSoftmax>(0)},
+      {"relu", std::make_shared<nn::ReLUImpl>()},
+      {"leaky_relu", std::make_shared<nn::LeakyReLUImpl>(0.2)},
+      {"elu", std::make_shared<nn::ELUImpl>(0.5)},
+      {"gelu", std::make_shared<nn::GELUImpl>()},
+      {"gelu_tanh", std::make_shared<nn::GELUImpl>("tanh")},
+      {"silu", std::make_shared<nn::SiLUImpl>()},
+      {"tanh", std::make_shared<nn::TanhImpl>()},
+      {"sigmoid", std::make_shared<nn::SigmoidImpl>()},
+      {"softmax1", std::make_shared<nn::SoftmaxImpl>(1)},
+      {"log_softmax0", std::make_shared<nn::LogSoftmaxImpl>(0)},
   };
   for (const auto& [name, m] : mods) {
     SCOPED_TRACE(name);
@@ -210,7 +210,7 @@ TEST(NnActivation, ForwardBackwardMatchPyTorch) {
 
 TEST(NnActivation, SoftmaxImplicitDimFollowsPyTorchsLegacyRule) {
   Tensor x = fx().get("act_softmax_none_3d_x");  // 3-D: dim 0
-  EXPECT_TRUE(tensors_close((*std::make_shared<nn::Softmax>())(x), fx().get("act_softmax_none_3d_y"), 1e-6, 1e-7));
+  EXPECT_TRUE(tensors_close((*std::make_shared<nn::SoftmaxImpl>())(x), fx().get("act_softmax_none_3d_y"), 1e-6, 1e-7));
   EXPECT_TRUE(tensors_close(F::log_softmax(x, F::LogSoftmaxFuncOptions(std::nullopt)),
                             fx().get("act_log_softmax_none_3d_y"), 1e-6, 1e-6));
   Tensor m = randn({3, 4});  // 2-D: dim 1
@@ -260,7 +260,7 @@ TEST(NnActivation, InplaceMatchesOutOfPlaceWithGradients) {
   Tensor z = tensor({-1.0f, 2.0f});
   F::leaky_relu(z, F::LeakyReLUFuncOptions().negative_slope(0.5).inplace(true));
   EXPECT_TRUE(equal(z, tensor({-0.5f, 2.0f})));
-  auto relu_ip = std::make_shared<nn::ReLU>(true);
+  auto relu_ip = std::make_shared<nn::ReLUImpl>(true);
   Tensor w = tensor({-1.0f, 3.0f});
   EXPECT_TRUE((*relu_ip)(w).is_same(w));
   EXPECT_TRUE(equal(w, tensor({0.0f, 3.0f})));
@@ -278,36 +278,36 @@ TEST(NnActivation, GeluRejectsUnknownApproximation) {
 
 TEST(NnLayers, PrintedFormsMatchPyTorch) {
   const std::vector<std::pair<std::string, nn::ModulePtr>> mods = {
-      {"linear", std::make_shared<nn::Linear>(2, 2)},
-      {"linear_nobias", std::make_shared<nn::Linear>(4, 3, false)},
-      {"identity", std::make_shared<nn::Identity>()},
-      {"flatten", std::make_shared<nn::Flatten>()},
-      {"flatten_0_2", std::make_shared<nn::Flatten>(0, 2)},
-      {"unflatten", std::make_shared<nn::Unflatten>(1, std::vector<int64_t>{2, 5, 5})},
-      {"unflatten_one", std::make_shared<nn::Unflatten>(-1, std::vector<int64_t>{4})},
-      {"relu", std::make_shared<nn::ReLU>()},
-      {"relu_inplace", std::make_shared<nn::ReLU>(true)},
-      {"leaky_relu", std::make_shared<nn::LeakyReLU>()},
-      {"leaky_relu_02_inplace", std::make_shared<nn::LeakyReLU>(0.2, true)},
-      {"leaky_relu_tiny", std::make_shared<nn::LeakyReLU>(1e-05)},
-      {"elu", std::make_shared<nn::ELU>()},
-      {"elu_05_inplace", std::make_shared<nn::ELU>(nn::ELUOptions().alpha(0.5).inplace(true))},
-      {"gelu", std::make_shared<nn::GELU>()},
-      {"gelu_tanh", std::make_shared<nn::GELU>("tanh")},
-      {"silu", std::make_shared<nn::SiLU>()},
-      {"silu_inplace", std::make_shared<nn::SiLU>(true)},
-      {"tanh", std::make_shared<nn::Tanh>()},
-      {"sigmoid", std::make_shared<nn::Sigmoid>()},
-      {"softmax", std::make_shared<nn::Softmax>(1)},
-      {"softmax_none", std::make_shared<nn::Softmax>()},
-      {"log_softmax", std::make_shared<nn::LogSoftmax>(-1)},
-      {"dropout", std::make_shared<nn::Dropout>()},
-      {"dropout_01_inplace", std::make_shared<nn::Dropout>(0.1, true)},
-      {"dropout_0", std::make_shared<nn::Dropout>(0.0)},
-      {"embedding", std::make_shared<nn::Embedding>(10, 3)},
-      {"embedding_pad0", std::make_shared<nn::Embedding>(10, 3, 0)},
-      {"embedding_padm1", std::make_shared<nn::Embedding>(10, 3, -1)},
-      {"embedding_all", std::make_shared<nn::Embedding>(
+      {"linear", std::make_shared<nn::LinearImpl>(2, 2)},
+      {"linear_nobias", std::make_shared<nn::LinearImpl>(4, 3, false)},
+      {"identity", std::make_shared<nn::IdentityImpl>()},
+      {"flatten", std::make_shared<nn::FlattenImpl>()},
+      {"flatten_0_2", std::make_shared<nn::FlattenImpl>(0, 2)},
+      {"unflatten", std::make_shared<nn::UnflattenImpl>(1, std::vector<int64_t>{2, 5, 5})},
+      {"unflatten_one", std::make_shared<nn::UnflattenImpl>(-1, std::vector<int64_t>{4})},
+      {"relu", std::make_shared<nn::ReLUImpl>()},
+      {"relu_inplace", std::make_shared<nn::ReLUImpl>(true)},
+      {"leaky_relu", std::make_shared<nn::LeakyReLUImpl>()},
+      {"leaky_relu_02_inplace", std::make_shared<nn::LeakyReLUImpl>(0.2, true)},
+      {"leaky_relu_tiny", std::make_shared<nn::LeakyReLUImpl>(1e-05)},
+      {"elu", std::make_shared<nn::ELUImpl>()},
+      {"elu_05_inplace", std::make_shared<nn::ELUImpl>(nn::ELUOptions().alpha(0.5).inplace(true))},
+      {"gelu", std::make_shared<nn::GELUImpl>()},
+      {"gelu_tanh", std::make_shared<nn::GELUImpl>("tanh")},
+      {"silu", std::make_shared<nn::SiLUImpl>()},
+      {"silu_inplace", std::make_shared<nn::SiLUImpl>(true)},
+      {"tanh", std::make_shared<nn::TanhImpl>()},
+      {"sigmoid", std::make_shared<nn::SigmoidImpl>()},
+      {"softmax", std::make_shared<nn::SoftmaxImpl>(1)},
+      {"softmax_none", std::make_shared<nn::SoftmaxImpl>()},
+      {"log_softmax", std::make_shared<nn::LogSoftmaxImpl>(-1)},
+      {"dropout", std::make_shared<nn::DropoutImpl>()},
+      {"dropout_01_inplace", std::make_shared<nn::DropoutImpl>(0.1, true)},
+      {"dropout_0", std::make_shared<nn::DropoutImpl>(0.0)},
+      {"embedding", std::make_shared<nn::EmbeddingImpl>(10, 3)},
+      {"embedding_pad0", std::make_shared<nn::EmbeddingImpl>(10, 3, 0)},
+      {"embedding_padm1", std::make_shared<nn::EmbeddingImpl>(10, 3, -1)},
+      {"embedding_all", std::make_shared<nn::EmbeddingImpl>(
                             nn::EmbeddingOptions(10, 3).max_norm(1.0).norm_type(1.0).scale_grad_by_freq(true))},
   };
   EXPECT_EQ(mods.size(), pytorch_reprs().size());
@@ -333,14 +333,14 @@ TEST(NnDropout, MasksMatchPyTorchAfterTheSameSeed) {
   EXPECT_TRUE(bits_equal(F::dropout(ones({3, 7}, TensorOptions().dtype(kFloat64)), F::DropoutFuncOptions().p(0.1)),
                          fx().get("dropout_p01_f64_s1")));
   manual_seed(5);
-  auto m = std::make_shared<nn::Dropout>(0.25);
+  auto m = std::make_shared<nn::DropoutImpl>(0.25);
   Tensor x = randn({6, 4});
   EXPECT_TRUE(bits_equal(x, fx().get("dropout_module_x")));
   EXPECT_TRUE(bits_equal((*m)(x), fx().get("dropout_module_y")));
 }
 
 TEST(NnDropout, EvalModeAndEdgeProbabilities) {
-  auto m = std::make_shared<nn::Dropout>(0.5);
+  auto m = std::make_shared<nn::DropoutImpl>(0.5);
   Tensor x = randn({3, 4});
   m->eval();
   EXPECT_TRUE((*m)(x).is_same(x));
@@ -378,11 +378,11 @@ TEST(NnDropout, ProbabilityOutsideZeroOneIsAnError) {
 
 TEST(NnEmbedding, DefaultInitMatchesPyTorchBitForBit) {
   manual_seed(0);
-  auto e = std::make_shared<nn::Embedding>(10, 3, 0);
+  auto e = std::make_shared<nn::EmbeddingImpl>(10, 3, 0);
   EXPECT_TRUE(bits_equal(e->weight, fx().get("embedding_10_3_pad0_weight")));
   EXPECT_TRUE(equal(e->weight[0], zeros({3})));
   manual_seed(3);
-  auto e2 = std::make_shared<nn::Embedding>(nn::EmbeddingOptions(6, 20).padding_idx(-2));
+  auto e2 = std::make_shared<nn::EmbeddingImpl>(nn::EmbeddingOptions(6, 20).padding_idx(-2));
   EXPECT_EQ(e2->options.padding_idx(), std::optional<int64_t>(4));  // stored counted from the start
   EXPECT_TRUE(bits_equal(e2->weight, fx().get("embedding_6_20_padm2_weight")));
   EXPECT_EQ(e2->named_parameters().keys(), std::vector<std::string>{"weight"});
@@ -431,7 +431,7 @@ TEST(NnEmbedding, MaxNormRenormalisesTheLookedUpRowsInPlace) {
     EXPECT_TRUE(tensors_close(w, fx().get(k + "_w_after"), 1e-6, 1e-7));
   }
   // the module, on a parameter that requires grad: renorm happens without history
-  auto e = std::make_shared<nn::Embedding>(nn::EmbeddingOptions(5, 4).max_norm(1.0));
+  auto e = std::make_shared<nn::EmbeddingImpl>(nn::EmbeddingOptions(5, 4).max_norm(1.0));
   Tensor y = (*e)(tensor({0, 1, 1, 3}));
   EXPECT_LE(troupe::norm(y, 2, {1}).max().item<double>(), 1.0 + 1e-6);
   EXPECT_TRUE(e->weight.is_leaf());
@@ -441,7 +441,7 @@ TEST(NnEmbedding, MaxNormRenormalisesTheLookedUpRowsInPlace) {
 
 TEST(NnEmbedding, PaddingRowGetsNoGradient) {
   manual_seed(4);
-  auto e = std::make_shared<nn::Embedding>(6, 2, 2);
+  auto e = std::make_shared<nn::EmbeddingImpl>(6, 2, 2);
   Tensor idx = tensor({2, 0, 2, 1, 2, 5}).reshape({2, 3});
   Tensor y = (*e)(idx);
   EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{2, 3, 2}));

@@ -458,14 +458,14 @@ TEST(LossErrors, BinaryAndRegressionLosses) {
 // ================================================================== modules
 
 TEST(LossModules, PrintAsPyTorch) {
-  EXPECT_EQ(nn::MSELoss().repr(), "MSELoss()");
-  EXPECT_EQ(nn::L1Loss().repr(), "L1Loss()");
-  EXPECT_EQ(nn::SmoothL1Loss(nn::SmoothL1LossOptions().beta(0.5)).repr(), "SmoothL1Loss()");
-  EXPECT_EQ(nn::HuberLoss(nn::HuberLossOptions().delta(2)).repr(), "HuberLoss()");
-  EXPECT_EQ(nn::CrossEntropyLoss(nn::CrossEntropyLossOptions().weight(ones({3}))).repr(), "CrossEntropyLoss()");
-  EXPECT_EQ(nn::NLLLoss().repr(), "NLLLoss()");
-  EXPECT_EQ(nn::BCELoss().repr(), "BCELoss()");
-  EXPECT_EQ(nn::BCEWithLogitsLoss().repr(), "BCEWithLogitsLoss()");
+  EXPECT_EQ(nn::MSELoss()->repr(), "MSELoss()");
+  EXPECT_EQ(nn::L1Loss()->repr(), "L1Loss()");
+  EXPECT_EQ(nn::SmoothL1Loss(nn::SmoothL1LossOptions().beta(0.5))->repr(), "SmoothL1Loss()");
+  EXPECT_EQ(nn::HuberLoss(nn::HuberLossOptions().delta(2))->repr(), "HuberLoss()");
+  EXPECT_EQ(nn::CrossEntropyLoss(nn::CrossEntropyLossOptions().weight(ones({3})))->repr(), "CrossEntropyLoss()");
+  EXPECT_EQ(nn::NLLLoss()->repr(), "NLLLoss()");
+  EXPECT_EQ(nn::BCELoss()->repr(), "BCELoss()");
+  EXPECT_EQ(nn::BCEWithLogitsLoss()->repr(), "BCEWithLogitsLoss()");
 }
 
 std::vector<std::string> keys(const troupe::OrderedDict<std::string, Tensor>& d) { return d.keys(); }
@@ -474,27 +474,27 @@ TEST(LossModules, WeightsAreBuffersAsInPyTorch) {
   using V = std::vector<std::string>;
   // None when not given: the name is reserved, nothing is in state_dict
   nn::CrossEntropyLoss ce;
-  EXPECT_EQ(keys(ce.buffers_dict()), V{"weight"});
-  EXPECT_FALSE(ce.buffers_dict().at("weight").defined());
-  EXPECT_TRUE(ce.state_dict().empty());
-  EXPECT_TRUE(ce.named_parameters().empty());
-  EXPECT_EQ(keys(nn::NLLLoss().buffers_dict()), V{"weight"});
-  EXPECT_EQ(keys(nn::BCELoss().buffers_dict()), V{"weight"});
-  EXPECT_EQ(keys(nn::BCEWithLogitsLoss().buffers_dict()), (V{"weight", "pos_weight"}));
-  EXPECT_TRUE(nn::MSELoss().buffers_dict().empty());
-  EXPECT_TRUE(nn::HuberLoss().buffers_dict().empty());
+  EXPECT_EQ(keys(ce->buffers_dict()), V{"weight"});
+  EXPECT_FALSE(ce->buffers_dict().at("weight").defined());
+  EXPECT_TRUE(ce->state_dict().empty());
+  EXPECT_TRUE(ce->named_parameters().empty());
+  EXPECT_EQ(keys(nn::NLLLoss()->buffers_dict()), V{"weight"});
+  EXPECT_EQ(keys(nn::BCELoss()->buffers_dict()), V{"weight"});
+  EXPECT_EQ(keys(nn::BCEWithLogitsLoss()->buffers_dict()), (V{"weight", "pos_weight"}));
+  EXPECT_TRUE(nn::MSELoss()->buffers_dict().empty());
+  EXPECT_TRUE(nn::HuberLoss()->buffers_dict().empty());
 
   Tensor w = tensor({1.f, 2.f, 3.f});
   nn::CrossEntropyLoss cew(nn::CrossEntropyLossOptions().weight(w));
-  EXPECT_EQ(keys(cew.state_dict()), V{"weight"});
-  EXPECT_TRUE(cew.weight.is_same(cew.buffers_dict().at("weight")));
-  EXPECT_TRUE(tensors_close(cew.state_dict().at("weight"), w, 0, 0));
+  EXPECT_EQ(keys(cew->state_dict()), V{"weight"});
+  EXPECT_TRUE(cew->weight.is_same(cew->buffers_dict().at("weight")));
+  EXPECT_TRUE(tensors_close(cew->state_dict().at("weight"), w, 0, 0));
   nn::BCEWithLogitsLoss b(nn::BCEWithLogitsLossOptions().pos_weight(w));
-  EXPECT_EQ(keys(b.state_dict()), V{"pos_weight"});
+  EXPECT_EQ(keys(b->state_dict()), V{"pos_weight"});
 
   // the buffer follows Module::to, and forward uses it
-  cew.to(kFloat64);
-  EXPECT_EQ(cew.weight.dtype(), kFloat64);
+  cew->to(kFloat64);
+  EXPECT_EQ(cew->weight.dtype(), kFloat64);
   Tensor x = f64({0.1, 0.2, 0.3, 1, 0, -1}, {2, 3});
   Tensor t = tensor({2, 0});
   EXPECT_TRUE(
@@ -531,7 +531,7 @@ TEST(LossModules, ForwardIsTheFunctionalLoss) {
 }
 
 TEST(LossModules, CallTakesInputAndTargetPositionallyOrByKeyword) {
-  auto loss = std::make_shared<nn::MSELoss>();
+  auto loss = std::make_shared<nn::MSELossImpl>();
   Tensor x = f64({1, 2}, {2}), t = f64({0, 0}, {2});
   int seen_args = 0;
   loss->register_forward_hook([&](nn::Module&, const nn::Args& args, const nn::Value&) {

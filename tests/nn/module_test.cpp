@@ -81,10 +81,10 @@ class DynamicNet : public nn::Module {
   explicit DynamicNet(int num_layers) {
     std::vector<nn::ModulePtr> layers;
     for (int i = 0; i < num_layers; ++i) layers.push_back(std::make_shared<MyLinear>(4, 4));
-    linears = register_module("linears", std::make_shared<nn::ModuleList>(layers));
+    linears = register_module("linears", std::make_shared<nn::ModuleListImpl>(layers));
     activations = register_module(
-        "activations", std::make_shared<nn::ModuleDict>(std::initializer_list<std::pair<std::string, nn::ModulePtr>>{
-                           {"relu", std::make_shared<nn::ReLU>()}, {"lrelu", std::make_shared<nn::LeakyReLU>()}}));
+        "activations", std::make_shared<nn::ModuleDictImpl>(std::initializer_list<std::pair<std::string, nn::ModulePtr>>{
+                           {"relu", std::make_shared<nn::ReLUImpl>()}, {"lrelu", std::make_shared<nn::LeakyReLUImpl>()}}));
     final = register_module("final", std::make_shared<MyLinear>(4, 1));
   }
   nn::Value forward_args(const nn::Args& args, const nn::Kwargs&) override {
@@ -94,8 +94,8 @@ class DynamicNet : public nn::Module {
     x = (*(*activations)[act])(x);
     return (*final)(x);
   }
-  std::shared_ptr<nn::ModuleList> linears;
-  std::shared_ptr<nn::ModuleDict> activations;
+  std::shared_ptr<nn::ModuleListImpl> linears;
+  std::shared_ptr<nn::ModuleDictImpl> activations;
   std::shared_ptr<MyLinear> final;
 };
 
@@ -120,19 +120,19 @@ class StatefulModule : public nn::Module {
     register_parameter("param3", Tensor());
     std::vector<Tensor> plist;
     for (int i = 0; i < 3; ++i) plist.push_back(nn::Parameter(randn({2})));
-    param_list = register_module("param_list", std::make_shared<nn::ParameterList>(plist));
+    param_list = register_module("param_list", std::make_shared<nn::ParameterListImpl>(plist));
     Tensor foo = randn({3}), bar = randn({4});  // {'foo': ..., 'bar': ...} evaluates foo first
-    param_dict = register_module("param_dict", std::make_shared<nn::ParameterDict>(
+    param_dict = register_module("param_dict", std::make_shared<nn::ParameterDictImpl>(
                                                    std::map<std::string, Tensor>{{"foo", foo}, {"bar", bar}}));
     register_buffer("buffer1", randn({4}), /*persistent=*/true);
     register_buffer("buffer2", randn({5}), /*persistent=*/false);
     register_buffer("buffer3", Tensor());
-    linear = register_module("linear", std::make_shared<nn::Linear>(2, 3));
+    linear = register_module("linear", std::make_shared<nn::LinearImpl>(2, 3));
   }
   Tensor param1;
-  std::shared_ptr<nn::ParameterList> param_list;
-  std::shared_ptr<nn::ParameterDict> param_dict;
-  std::shared_ptr<nn::Linear> linear;
+  std::shared_ptr<nn::ParameterListImpl> param_list;
+  std::shared_ptr<nn::ParameterDictImpl> param_dict;
+  std::shared_ptr<nn::LinearImpl> linear;
 };
 
 class ModalModule : public nn::Module {
@@ -163,7 +163,7 @@ TEST(ModulesNote, SequentialOfMyLinear) {
   manual_seed(0);
   auto first = std::make_shared<MyLinear>(4, 3);  // (C++ evaluates arguments in no fixed order: draw in order)
   auto second = std::make_shared<MyLinear>(3, 1);
-  auto net = std::make_shared<nn::Sequential>(first, std::make_shared<nn::ReLU>(), second);
+  auto net = std::make_shared<nn::SequentialImpl>(first, std::make_shared<nn::ReLUImpl>(), second);
   Tensor x = randn({4});
   EXPECT_TRUE(tensors_close(x, fx().get("seq_x"), 0, 0));
   EXPECT_TRUE(tensors_close((*net)(x), fx().get("seq_out"), 1e-6, 1e-6));
@@ -212,7 +212,7 @@ TEST(ModulesNote, DynamicNetParameterNamesAndForward) {
 
 TEST(ModulesNote, ApplyInitWeights) {
   // @torch.no_grad() def init_weights(m): if type(m) == nn.Linear: m.weight.fill_(1.0)
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::Linear>(2, 2));
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 2), std::make_shared<nn::LinearImpl>(2, 2));
   std::vector<std::string> printed;
   net->apply([&](nn::Module& m) {
     NoGradGuard no_grad;
@@ -286,7 +286,7 @@ TEST(ModulesNote, StatefulModuleStateDict) {
 
 TEST(ModulesNote, HooksExample) {
   manual_seed(1);
-  auto m = std::make_shared<nn::Linear>(3, 3);
+  auto m = std::make_shared<nn::LinearImpl>(3, 3);
   Tensor x = randn({2, 3}, requires_grad());
   EXPECT_TRUE(tensors_close(m->weight, fx().get("hooks_weight"), 0, 0));
   EXPECT_TRUE(tensors_close(x, fx().get("hooks_x"), 0, 0));
@@ -325,8 +325,8 @@ TEST(ModulesNote, HooksExample) {
 // Traversal with shared modules, nested containers
 
 TEST(Module, SharedModuleAppearsOnce) {
-  auto l = std::make_shared<nn::Linear>(2, 2);
-  auto net = std::make_shared<nn::Sequential>(l, l);
+  auto l = std::make_shared<nn::LinearImpl>(2, 2);
+  auto net = std::make_shared<nn::SequentialImpl>(l, l);
   EXPECT_EQ(keys_of(net->named_modules()), text("shared_named_modules"));
   EXPECT_EQ(keys_of(net->named_modules("", /*remove_duplicate=*/false)), text("shared_named_modules_dup"));
   EXPECT_EQ(keys_of(net->named_parameters()), text("shared_named_parameters"));
@@ -339,15 +339,15 @@ TEST(Module, SharedModuleAppearsOnce) {
 
 TEST(Module, NestedContainersKeyOrderAndPrinting) {
   manual_seed(0);
-  auto nested = std::make_shared<nn::Sequential>(std::vector<std::pair<std::string, nn::ModulePtr>>{
-      {"enc", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
-                                               std::make_shared<nn::Linear>(8, 8))},
-      {"heads", std::make_shared<nn::ModuleDict>(std::initializer_list<std::pair<std::string, nn::ModulePtr>>{
-                    {"b", std::make_shared<nn::Linear>(8, 2)}, {"a", std::make_shared<nn::Linear>(8, 3)}})},
-      {"blocks", std::make_shared<nn::ModuleList>(std::initializer_list<nn::ModulePtr>{
-                     std::make_shared<nn::Linear>(nn::LinearOptions(8, 8).bias(false)),
-                     std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 8))})},
-      {"scales", std::make_shared<nn::ParameterList>(std::initializer_list<Tensor>{ones({2}), zeros({3})})},
+  auto nested = std::make_shared<nn::SequentialImpl>(std::vector<std::pair<std::string, nn::ModulePtr>>{
+      {"enc", std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(4, 8), std::make_shared<nn::ReLUImpl>(),
+                                               std::make_shared<nn::LinearImpl>(8, 8))},
+      {"heads", std::make_shared<nn::ModuleDictImpl>(std::initializer_list<std::pair<std::string, nn::ModulePtr>>{
+                    {"b", std::make_shared<nn::LinearImpl>(8, 2)}, {"a", std::make_shared<nn::LinearImpl>(8, 3)}})},
+      {"blocks", std::make_shared<nn::ModuleListImpl>(std::initializer_list<nn::ModulePtr>{
+                     std::make_shared<nn::LinearImpl>(nn::LinearOptions(8, 8).bias(false)),
+                     std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(8, 8))})},
+      {"scales", std::make_shared<nn::ParameterListImpl>(std::initializer_list<Tensor>{ones({2}), zeros({3})})},
   });
   EXPECT_EQ(keys_of(nested->state_dict()), text("nested_keys"));
   EXPECT_EQ(keys_of(nested->named_modules()), text("nested_named_modules"));
@@ -357,24 +357,24 @@ TEST(Module, NestedContainersKeyOrderAndPrinting) {
 }
 
 TEST(Module, ContainersIndexInsertPop) {
-  auto a = std::make_shared<nn::ReLU>();
-  auto b = std::make_shared<nn::Tanh>();
-  auto c = std::make_shared<nn::Sigmoid>();
+  auto a = std::make_shared<nn::ReLUImpl>();
+  auto b = std::make_shared<nn::TanhImpl>();
+  auto c = std::make_shared<nn::SigmoidImpl>();
   nn::Sequential seq{a, b};
-  seq.insert(1, c);
-  EXPECT_EQ(keys_of(seq.named_children()), "0\n1\n2");
+  seq->insert(1, c);
+  EXPECT_EQ(keys_of(seq->named_children()), "0\n1\n2");
   EXPECT_EQ(seq[1].get(), c.get());
   EXPECT_EQ(seq[-1].get(), b.get());
-  EXPECT_EQ(seq.pop(0).get(), a.get());
+  EXPECT_EQ(seq->pop(0).get(), a.get());
   EXPECT_EQ(seq[0].get(), c.get());
-  EXPECT_EQ(seq.slice(1, 5)->size(), 1u);
+  EXPECT_EQ(seq->slice(1, 5)->size(), 1u);
   EXPECT_THROW(seq[7], std::out_of_range);
   Tensor x = randn({3});
   EXPECT_TRUE(allclose(seq(x), tanh(sigmoid(x))));
 
   nn::ModuleList list{a};
-  list.append(b).extend({c});
-  EXPECT_EQ(list.size(), 3u);
+  list->append(b).extend({c});
+  EXPECT_EQ(list->size(), 3u);
   EXPECT_EQ(list[-1].get(), c.get());
   EXPECT_THROW(list(x), std::runtime_error);  // not callable: no forward
   try {
@@ -384,17 +384,17 @@ TEST(Module, ContainersIndexInsertPop) {
   }
 
   nn::ModuleDict dict{{"x", a}, {"y", b}};
-  EXPECT_TRUE(dict.contains("y"));
+  EXPECT_TRUE(dict->contains("y"));
   EXPECT_EQ(dict["x"].get(), a.get());
   EXPECT_THROW(dict["z"], std::out_of_range);
-  EXPECT_EQ(dict.pop("x").get(), a.get());
-  EXPECT_EQ(join(dict.keys()), "y");
+  EXPECT_EQ(dict->pop("x").get(), a.get());
+  EXPECT_EQ(join(dict->keys()), "y");
 
   nn::ParameterDict pd{{"b", ones({1})}, {"a", zeros({2})}};  // a dict literal: sorted, as PyTorch 1.13
-  EXPECT_EQ(join(pd.keys()), "a\nb");
+  EXPECT_EQ(join(pd->keys()), "a\nb");
   EXPECT_TRUE(pd["a"].requires_grad());
   nn::ParameterDict ordered(std::vector<std::pair<std::string, Tensor>>{{"b", ones({1})}, {"a", zeros({2})}});
-  EXPECT_EQ(join(ordered.keys()), "b\na");
+  EXPECT_EQ(join(ordered->keys()), "b\na");
   nn::ParameterList pl{ones({2})};
   EXPECT_THROW(pl(x), std::runtime_error);
 }
@@ -415,7 +415,7 @@ TEST(Module, RegistrationErrors) {
   expect_msg([&] { m.register_parameter("a.b", ones({1})); }, "parameter name can't contain \".\"");
   expect_msg([&] { m.register_parameter("", ones({1})); }, "parameter name can't be empty string \"\"");
   expect_msg([&] { m.register_buffer("a.b", ones({1})); }, "buffer name can't contain \".\"");
-  expect_msg([&] { m.register_module("a.b", std::make_shared<nn::ReLU>()); }, "module name can't contain \".\", got: a.b");
+  expect_msg([&] { m.register_module("a.b", std::make_shared<nn::ReLUImpl>()); }, "module name can't contain \".\", got: a.b");
   m.register_buffer("buf", ones({1}));
   expect_msg([&] { m.register_parameter("buf", ones({1})); }, "attribute 'buf' already exists");
   Tensor leaf = ones({2}, requires_grad());
@@ -457,9 +457,9 @@ TEST(Module, GetSubmoduleParameterBufferErrors) {
 // load_state_dict: errors, strict, hooks, assign, nothing half-loaded
 
 namespace {
-std::shared_ptr<nn::Sequential> two_linears() {
+std::shared_ptr<nn::SequentialImpl> two_linears() {
   manual_seed(0);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::Linear>(2, 3));
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 2), std::make_shared<nn::LinearImpl>(2, 3));
 }
 std::string load_error(nn::Module& m, const nn::StateDict& sd, bool strict = true) {
   try {
@@ -565,7 +565,7 @@ TEST(LoadStateDict, StateDictPreHookAndExtraState) {
     void set_extra_state(const Tensor& s) override { counter = s.item<double>(); }
     double counter = 0;
   };
-  auto outer = std::make_shared<nn::Sequential>();
+  auto outer = std::make_shared<nn::SequentialImpl>();
   auto inner = std::make_shared<WithExtra>();
   inner->counter = 41;
   outer->push_back(inner);
@@ -576,7 +576,7 @@ TEST(LoadStateDict, StateDictPreHookAndExtraState) {
   auto sd = outer->state_dict();
   EXPECT_EQ(keys_of(sd), "0.w\n0._extra_state");
   EXPECT_EQ(join(seen), "0.|detach");
-  auto other = std::make_shared<nn::Sequential>();
+  auto other = std::make_shared<nn::SequentialImpl>();
   auto inner2 = std::make_shared<WithExtra>();
   other->push_back(inner2);
   other->load_state_dict(sd);
@@ -610,7 +610,7 @@ TEST(Module, TrainEvalRequiresGradZeroGrad) {
 
 TEST(Module, ToKeepsParameterIdentityAndSkipsIntegerBuffers) {
   manual_seed(0);
-  auto m = std::make_shared<nn::Linear>(3, 2);
+  auto m = std::make_shared<nn::LinearImpl>(3, 2);
   m->register_buffer("steps", zeros({}, kInt64));
   Tensor w = m->weight;
   (*m)(randn({4, 3})).sum().backward();
@@ -733,7 +733,7 @@ TEST(ModuleHooks, HookRemovingItselfDuringCall) {
 
 TEST(ModuleHooks, FullBackwardPreHookReplacesGradOutput) {
   manual_seed(0);
-  auto m = std::make_shared<nn::Linear>(3, 2);
+  auto m = std::make_shared<nn::LinearImpl>(3, 2);
   Tensor x = randn({4, 3}, requires_grad());
   std::vector<Tensor> seen_go, seen_gi;
   m->register_full_backward_pre_hook([&](nn::Module&, const std::vector<Tensor>& go) {
@@ -758,7 +758,7 @@ TEST(ModuleHooks, FullBackwardPreHookReplacesGradOutput) {
 
 TEST(ModuleHooks, BackwardHookCountMismatchAndNoInputGrad) {
   manual_seed(0);
-  auto m = std::make_shared<nn::Linear>(3, 2);
+  auto m = std::make_shared<nn::LinearImpl>(3, 2);
   auto h = m->register_full_backward_hook(
       [](nn::Module&, const std::vector<Tensor>& gi, const std::vector<Tensor>&) { return std::vector<Tensor>{gi[0], gi[0]}; });
   Tensor x = randn({4, 3}, requires_grad());
@@ -790,7 +790,7 @@ TEST(ModuleHooks, BackwardHookCountMismatchAndNoInputGrad) {
 
 TEST(ModuleHooks, LegacyBackwardHookAndMixingError) {
   manual_seed(0);
-  auto m = std::make_shared<nn::Linear>(3, 2);
+  auto m = std::make_shared<nn::LinearImpl>(3, 2);
   int calls = 0;
   m->register_backward_hook([&](nn::Module&, const std::vector<Tensor>&, const std::vector<Tensor>& go) {
     ++calls;
@@ -811,7 +811,7 @@ TROUPE_REGISTER_APPLY_FN(test_fill_linear_weights_with_one, [](nn::Module& m) {
 });
 
 TEST(Registry, ApplyAndHooksByName) {
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::ReLU>());
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 2), std::make_shared<nn::ReLUImpl>());
   net->apply("test_fill_linear_weights_with_one");
   EXPECT_TRUE(equal(net->get_parameter("0.weight"), ones({2, 2})));
   EXPECT_TRUE(nn::registry::contains("apply", "test_fill_linear_weights_with_one"));
@@ -830,7 +830,7 @@ TEST(Registry, ApplyAndHooksByName) {
   nn::registry::add_forward_hook("test_double_output", [](nn::Module&, const nn::Args&, const nn::Value& out) {
     return std::optional<nn::Value>(out.tensor() * 2.);
   });
-  auto relu = std::make_shared<nn::ReLU>();
+  auto relu = std::make_shared<nn::ReLUImpl>();
   auto h = relu->register_forward_hook("test_double_output");
   EXPECT_TRUE(equal((*relu)(ones({2})), full({2}, 2.0)));
   h.remove();
@@ -843,7 +843,7 @@ TEST(Registry, ApplyAndHooksByName) {
 
 TEST(Module, SkipInitDoesNotTouchTheGenerator) {
   manual_seed(0);
-  auto m = nn::skip_init<nn::Linear>(5, 3);
+  auto m = nn::skip_init<nn::LinearImpl>(5, 3);
   EXPECT_EQ(m->weight.sizes().vec(), (std::vector<int64_t>{3, 5}));
   Tensor after = randn({4});
   manual_seed(0);

@@ -109,14 +109,14 @@ TEST(FunctionalLayerNormTest, Errors) {
 // ---------------------------------------------------------------- LayerNorm module
 
 TEST(LayerNormTest, ParametersForwardAndPrinting) {
-  auto ln = std::make_shared<nn::LayerNorm>(4);
+  auto ln = std::make_shared<nn::LayerNormImpl>(4);
   EXPECT_EQ(ln->named_parameters().keys(), (std::vector<std::string>{"weight", "bias"}));
   EXPECT_TRUE(tensors_close(ln->weight, ones({4}), 0, 0));
   EXPECT_TRUE(tensors_close(ln->bias, zeros({4}), 0, 0));
   EXPECT_EQ(ln->repr(), "LayerNorm((4,), eps=1e-05, elementwise_affine=True)");
 
   auto c = "ln_1_";  // normalized_shape (2, 3), eps 1e-3
-  auto m = std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({2, 3}).eps(1e-3));
+  auto m = std::make_shared<nn::LayerNormImpl>(nn::LayerNormOptions({2, 3}).eps(1e-3));
   {
     NoGradGuard g;
     m->weight.copy_(get(std::string(c) + "w"));
@@ -124,12 +124,12 @@ TEST(LayerNormTest, ParametersForwardAndPrinting) {
   }
   EXPECT_TRUE(tensors_close((*m)(get(std::string(c) + "x")), get(std::string(c) + "out"), 1e-5, 1e-5));
 
-  auto plain = std::make_shared<nn::LayerNorm>(std::vector<int64_t>{2, 3}, 1e-3, false);
+  auto plain = std::make_shared<nn::LayerNormImpl>(std::vector<int64_t>{2, 3}, 1e-3, false);
   EXPECT_EQ(plain->repr(), "LayerNorm((2, 3), eps=0.001, elementwise_affine=False)");
   EXPECT_TRUE(plain->named_parameters().keys().empty());
   EXPECT_FALSE(plain->weight.defined());
 
-  auto d = std::make_shared<nn::LayerNorm>(nn::LayerNormOptions({5}).dtype(kFloat64));
+  auto d = std::make_shared<nn::LayerNormImpl>(nn::LayerNormOptions({5}).dtype(kFloat64));
   EXPECT_EQ(d->weight.dtype(), kFloat64);
 }
 
@@ -221,8 +221,8 @@ TEST(FunctionalBatchNormTest, Errors) {
 std::shared_ptr<nn::BatchNormBase> make_bn(const std::vector<int64_t>& p, std::optional<double> momentum) {
   // p = [dims, num_features, momentum is None, affine, track_running_stats]
   auto opts = nn::BatchNormOptions(p[1]).momentum(momentum).affine(p[3] != 0).track_running_stats(p[4] != 0);
-  if (p[0] == 1) return std::make_shared<nn::BatchNorm1d>(opts);
-  return std::make_shared<nn::BatchNorm2d>(opts);
+  if (p[0] == 1) return std::make_shared<nn::BatchNorm1dImpl>(opts);
+  return std::make_shared<nn::BatchNorm2dImpl>(opts);
 }
 
 TEST(BatchNormTest, TrainingStepsAndEvalMatchPyTorch) {
@@ -257,7 +257,7 @@ TEST(BatchNormTest, TrainingStepsAndEvalMatchPyTorch) {
 }
 
 TEST(BatchNormTest, ParametersAndBuffers) {
-  auto bn = std::make_shared<nn::BatchNorm2d>(3);
+  auto bn = std::make_shared<nn::BatchNorm2dImpl>(3);
   EXPECT_EQ(bn->named_parameters().keys(), (std::vector<std::string>{"weight", "bias"}));
   EXPECT_EQ(bn->named_buffers().keys(),
             (std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"}));
@@ -291,13 +291,13 @@ TEST(BatchNormTest, ParametersAndBuffers) {
   EXPECT_TRUE(tensors_close(bn->weight, ones({3}), 0, 0));
 
   // buffers follow the options' dtype, the counter stays int64
-  auto half = std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(3).dtype(kFloat16));
+  auto half = std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNormOptions(3).dtype(kFloat16));
   EXPECT_EQ(half->running_mean.dtype(), kFloat16);
   EXPECT_EQ(half->weight.dtype(), kFloat16);
   EXPECT_EQ(half->num_batches_tracked.dtype(), kInt64);
 
   // without running statistics: buffers are None, batch statistics in eval too
-  auto plain = std::make_shared<nn::BatchNorm1d>(4, 1e-5, 0.1, /*affine=*/false, /*track_running_stats=*/false);
+  auto plain = std::make_shared<nn::BatchNorm1dImpl>(4, 1e-5, 0.1, /*affine=*/false, /*track_running_stats=*/false);
   EXPECT_TRUE(plain->named_parameters().keys().empty());
   EXPECT_TRUE(plain->named_buffers().keys().empty());
   EXPECT_EQ(plain->buffers_dict().keys(),
@@ -309,7 +309,7 @@ TEST(BatchNormTest, ParametersAndBuffers) {
 }
 
 TEST(BatchNormTest, ModuleGradcheckTrainAndEval) {
-  auto bn = std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(3).dtype(kFloat64));
+  auto bn = std::make_shared<nn::BatchNorm1dImpl>(nn::BatchNormOptions(3).dtype(kFloat64));
   {
     NoGradGuard g;
     bn->weight.copy_(randn({3}, kFloat64));
@@ -322,7 +322,7 @@ TEST(BatchNormTest, ModuleGradcheckTrainAndEval) {
 }
 
 TEST(BatchNormTest, MovesWithTo) {
-  auto bn = std::make_shared<nn::BatchNorm2d>(2);
+  auto bn = std::make_shared<nn::BatchNorm2dImpl>(2);
   (*bn)(randn({2, 2, 3, 3}));
   bn->to(kFloat64);
   EXPECT_EQ(bn->running_mean.dtype(), kFloat64);
@@ -333,8 +333,8 @@ TEST(BatchNormTest, MovesWithTo) {
 }
 
 TEST(BatchNormTest, Errors) {
-  auto b1 = std::make_shared<nn::BatchNorm1d>(3);
-  auto b2 = std::make_shared<nn::BatchNorm2d>(3);
+  auto b1 = std::make_shared<nn::BatchNorm1dImpl>(3);
+  auto b2 = std::make_shared<nn::BatchNorm2dImpl>(3);
   expect_error([&] { (*b1)(randn({2, 3, 4, 5})); }, "expected 2D or 3D input (got 4D input)");
   expect_error([&] { (*b2)(randn({2, 3, 4})); }, "expected 4D input (got 3D input)");
   expect_error([&] { (*b1)(randn({1, 3})); },
@@ -344,11 +344,11 @@ TEST(BatchNormTest, Errors) {
 }
 
 TEST(BatchNormTest, PrintsAsPyTorch) {
-  EXPECT_EQ(std::make_shared<nn::BatchNorm1d>(3)->repr(),
+  EXPECT_EQ(std::make_shared<nn::BatchNorm1dImpl>(3)->repr(),
             "BatchNorm1d(3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)");
-  EXPECT_EQ(std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(3).momentum(std::nullopt))->repr(),
+  EXPECT_EQ(std::make_shared<nn::BatchNorm2dImpl>(nn::BatchNormOptions(3).momentum(std::nullopt))->repr(),
             "BatchNorm2d(3, eps=1e-05, momentum=None, affine=True, track_running_stats=True)");
-  EXPECT_EQ(std::make_shared<nn::BatchNorm2d>(8, 0.001, 0.01, false, false)->repr(),
+  EXPECT_EQ(std::make_shared<nn::BatchNorm2dImpl>(8, 0.001, 0.01, false, false)->repr(),
             "BatchNorm2d(8, eps=0.001, momentum=0.01, affine=False, track_running_stats=False)");
 }
 

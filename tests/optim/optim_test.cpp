@@ -512,11 +512,11 @@ struct Regression {
     x = randn({8, 4});
     y = randn({8, 3});
   }
-  std::shared_ptr<nn::Linear> model(uint64_t seed) const {
+  std::shared_ptr<nn::LinearImpl> model(uint64_t seed) const {
     manual_seed(seed);
-    return std::make_shared<nn::Linear>(4, 3);
+    return std::make_shared<nn::LinearImpl>(4, 3);
   }
-  void train(nn::Linear& m, optim::Optimizer& opt, int steps) const {
+  void train(nn::LinearImpl& m, optim::Optimizer& opt, int steps) const {
     for (int i = 0; i < steps; ++i) {
       opt.zero_grad();
       Tensor e = m.forward(x) - y;

@@ -50,9 +50,9 @@ void expect_state_dict(const nn::StateDict& actual, const nn::StateDict& expecte
 }
 
 // nn.Sequential(Linear(3, 4), BatchNorm1d(4), ReLU(), Linear(4, 2)), the fixtures' model.
-std::shared_ptr<nn::Sequential> make_model() {
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm1d>(4),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 2));
+std::shared_ptr<nn::SequentialImpl> make_model() {
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(3, 4), std::make_shared<nn::BatchNorm1dImpl>(4),
+                                          std::make_shared<nn::ReLUImpl>(), std::make_shared<nn::LinearImpl>(4, 2));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -229,9 +229,9 @@ TEST(AveragedModel, StateDictKeysAndNAveraged) {
 
 TEST(AveragedModel, IsADeepCopyThatMovesOnlyOnUpdate) {
   manual_seed(2);
-  auto model = std::make_shared<nn::Linear>(3, 2);
+  auto model = std::make_shared<nn::LinearImpl>(3, 2);
   swa_utils::AveragedModel avg(model);
-  auto copy = std::dynamic_pointer_cast<nn::Linear>(avg.module());
+  auto copy = std::dynamic_pointer_cast<nn::LinearImpl>(avg.module());
   ASSERT_TRUE(copy);
   EXPECT_NE(copy.get(), model.get());
   EXPECT_TRUE(equal(copy->weight, model->weight));
@@ -255,7 +255,7 @@ TEST(AveragedModel, IsADeepCopyThatMovesOnlyOnUpdate) {
 }
 
 TEST(AveragedModel, ForwardCallsTheCopyAndPrints) {
-  auto model = std::make_shared<nn::Linear>(2, 2);
+  auto model = std::make_shared<nn::LinearImpl>(2, 2);
   swa_utils::AveragedModel avg(model);
   Tensor x = randn({4, 2});
   EXPECT_TRUE(equal(avg(x), (*model)(x)));
@@ -265,7 +265,7 @@ TEST(AveragedModel, ForwardCallsTheCopyAndPrints) {
 }
 
 TEST(AveragedModel, AvgFnAndMultiAvgFnTogetherIsAnError) {
-  auto model = std::make_shared<nn::Linear>(2, 2);
+  auto model = std::make_shared<nn::LinearImpl>(2, 2);
   try {
     swa_utils::AveragedModel avg(model, std::nullopt, swa_utils::get_swa_avg_fn(), swa_utils::get_swa_multi_avg_fn());
     FAIL() << "expected an error";
@@ -275,7 +275,7 @@ TEST(AveragedModel, AvgFnAndMultiAvgFnTogetherIsAnError) {
 }
 
 TEST(AveragedModel, AvgFnSeesNumAveragedPerParameter) {
-  auto model = std::make_shared<nn::Linear>(2, 2);
+  auto model = std::make_shared<nn::LinearImpl>(2, 2);
   std::vector<int64_t> seen;
   swa_utils::AveragedModel avg(model, Device(kCPU), [&](const Tensor& a, const Tensor& c, const Tensor& n) {
     EXPECT_EQ(n.dtype(), kInt64);
@@ -287,7 +287,7 @@ TEST(AveragedModel, AvgFnSeesNumAveragedPerParameter) {
 }
 
 TEST(AveragedModel, MultiAvgFnIsCalledOncePerDtype) {
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 3), std::make_shared<nn::Linear>(3, 1));
+  auto model = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(2, 3), std::make_shared<nn::LinearImpl>(3, 1));
   (*model)[1]->to(kFloat64);
   std::vector<std::pair<ScalarType, size_t>> calls;
   auto swa = swa_utils::get_swa_multi_avg_fn();
@@ -309,9 +309,9 @@ TEST(AveragedModel, EmaOfWeightsAndBuffersAsTheReferencePage) {
   manual_seed(3);
   auto model = make_model();
   swa_utils::AveragedModel ema_model(model, std::nullopt, nullptr, swa_utils::get_ema_multi_avg_fn(0.9), true);
-  auto bn = std::dynamic_pointer_cast<nn::BatchNorm1d>((*model)[1]);
-  auto ema_bn = std::dynamic_pointer_cast<nn::BatchNorm1d>(
-      std::dynamic_pointer_cast<nn::Sequential>(ema_model.module())->operator[](1));
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm1dImpl>((*model)[1]);
+  auto ema_bn = std::dynamic_pointer_cast<nn::BatchNorm1dImpl>(
+      std::dynamic_pointer_cast<nn::SequentialImpl>(ema_model.module())->operator[](1));
   ema_model.update_parameters(*model);
   Tensor mean = bn->running_mean.clone();
   (*model)(randn({8, 3}));  // moves the model's running_mean
@@ -322,22 +322,22 @@ TEST(AveragedModel, EmaOfWeightsAndBuffersAsTheReferencePage) {
 // ------------------------------------------------------------------------------------------------
 // update_bn
 
-std::shared_ptr<nn::Sequential> make_bn_model() {
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::BatchNorm1d>(4),
-                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 4),
-                                                std::make_shared<nn::BatchNorm1d>(4, 1e-5, 0.3));
+std::shared_ptr<nn::SequentialImpl> make_bn_model() {
+  auto model = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(3, 4), std::make_shared<nn::BatchNorm1dImpl>(4),
+                                                std::make_shared<nn::ReLUImpl>(), std::make_shared<nn::LinearImpl>(4, 4),
+                                                std::make_shared<nn::BatchNorm1dImpl>(4, 1e-5, 0.3));
   model->load_state_dict(records("bn"));
   model->eval();
   return model;
 }
 
-void expect_updated(nn::Sequential& model, const std::string& what) {
+void expect_updated(nn::SequentialImpl& model, const std::string& what) {
   SCOPED_TRACE(what);
   expect_state_dict(model.state_dict(), records("bn_after"), 1e-5, "update_bn");
   EXPECT_FALSE(model.is_training());
   for (const auto& m : model.modules()) EXPECT_FALSE(m->is_training());
-  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1d>(model[1])->options.momentum(), 0.1);
-  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1d>(model[4])->options.momentum(), 0.3);
+  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1dImpl>(model[1])->options.momentum(), 0.1);
+  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1dImpl>(model[4])->options.momentum(), 0.3);
 }
 
 TEST(UpdateBn, MatchesPyTorchForEveryBatchType) {
@@ -422,7 +422,7 @@ struct CountingLoader {
 };
 
 TEST(UpdateBn, WithoutBatchNormReturnsAtOnce) {
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 2));
+  auto model = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(3, 2));
   model->eval();
   int begun = 0;
   CountingLoader loader{{ones({2, 3})}, &begun};
@@ -436,7 +436,7 @@ TEST(UpdateBn, RestoresMomentaAndModeWhenABatchFails) {
   std::vector<Tensor> loader{ones({4, 3}), ones({4, 5})};  // the second does not fit Linear(3, 4)
   EXPECT_ANY_THROW(swa_utils::update_bn(loader, *model));
   EXPECT_FALSE(model->is_training());
-  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1d>((*model)[4])->options.momentum(), 0.3);
+  EXPECT_EQ(*std::dynamic_pointer_cast<nn::BatchNorm1dImpl>((*model)[4])->options.momentum(), 0.3);
 }
 
 }  // namespace

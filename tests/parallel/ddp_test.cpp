@@ -39,11 +39,11 @@ std::mutex& init_mutex() {
 
 constexpr int64_t kIn = 6, kHidden = 16, kOut = 4;
 
-std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed, int64_t hidden = kHidden) {
+std::shared_ptr<nn::SequentialImpl> make_mlp(uint64_t seed, int64_t hidden = kHidden) {
   std::lock_guard<std::mutex> lock(init_mutex());
   manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, hidden), std::make_shared<nn::Tanh>(),
-                                          std::make_shared<nn::Linear>(hidden, kOut));
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(kIn, hidden), std::make_shared<nn::TanhImpl>(),
+                                          std::make_shared<nn::LinearImpl>(hidden, kOut));
 }
 
 // Rows [row0, row0 + rows) of step `step`'s global batch (a closed form, the same on every rank).
@@ -117,11 +117,11 @@ class TwoBranch : public nn::Module {
   explicit TwoBranch(uint64_t seed) {
     std::lock_guard<std::mutex> lock(init_mutex());
     manual_seed(seed);
-    a = register_module("a", std::make_shared<nn::Linear>(kIn, kOut));
-    b = register_module("b", std::make_shared<nn::Linear>(kIn, kOut));
+    a = register_module("a", std::make_shared<nn::LinearImpl>(kIn, kOut));
+    b = register_module("b", std::make_shared<nn::LinearImpl>(kIn, kOut));
   }
   Tensor forward(const Tensor& x) override { return use_b ? (*a)(x) + (*b)(x) : (*a)(x); }
-  std::shared_ptr<nn::Linear> a, b;
+  std::shared_ptr<nn::LinearImpl> a, b;
   bool use_b = false;
 };
 
@@ -175,7 +175,7 @@ TEST(DdpTraining, GradientsAreTheAverageAfterOneBackward) {
   for (int n : {2, 3, 4}) {
     // Every rank's loss is (rank + 1) * sum(w): the averaged gradient is (n + 1) / 2 everywhere.
     on_local_ranks<int>(n, [&](ProcessGroupPtr pg) {
-      auto lin = std::make_shared<nn::Linear>(3, 2);
+      auto lin = std::make_shared<nn::LinearImpl>(3, 2);
       DistributedDataParallel ddp(lin, pg, DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6));
       Tensor out = ddp(ones({1, 3}));
       (out.sum() * static_cast<double>(pg->rank() + 1)).backward();
@@ -253,7 +253,7 @@ TEST(DdpConstruction, DifferentModelsThrowNamingTheFirstDifference) {
   // Different parameter counts.
   msgs = on_local_ranks<std::string>(2, [](ProcessGroupPtr pg) {
     nn::ModulePtr m = make_mlp(1);
-    if (pg->rank() == 1) m = std::make_shared<nn::Linear>(kIn, kOut);
+    if (pg->rank() == 1) m = std::make_shared<nn::LinearImpl>(kIn, kOut);
     return error_of([&] { DistributedDataParallel ddp(m, pg); });
   });
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(contains(msgs[r], "number of parameters: rank 0 has 4, rank 1 has 2")) << msgs[r];
@@ -275,10 +275,10 @@ TEST(DdpBuckets, LargeModelSplitsAndTheFirstBucketIsSmall) {
   // the first bucket (>= 1 MiB), the next 7 layers the second (>= 25 MiB), the first 2 the third.
   for (int n : {1, 2}) {
     run_local(n, [](ProcessGroupPtr pg) {
-      auto seq = std::make_shared<nn::Sequential>();
+      auto seq = std::make_shared<nn::SequentialImpl>();
       {
         std::lock_guard<std::mutex> lock(init_mutex());
-        for (int k = 0; k < 10; ++k) seq->push_back(std::make_shared<nn::Linear>(1024, 1024));
+        for (int k = 0; k < 10; ++k) seq->push_back(std::make_shared<nn::LinearImpl>(1024, 1024));
       }
       DistributedDataParallel ddp(seq, pg);
       auto idx = ddp.bucket_indices();
@@ -447,13 +447,13 @@ TEST(DdpUnused, WithoutFindUnusedTheNextForwardNamesTheParameters) {
 TEST(DdpBuffers, RankZerosBuffersAreBroadcast) {
   for (bool broadcast : {true, false}) {
     auto got = on_local_ranks<std::vector<float>>(3, [&](ProcessGroupPtr pg) {
-      std::shared_ptr<nn::BatchNorm1d> bn;
-      std::shared_ptr<nn::Sequential> m;
+      std::shared_ptr<nn::BatchNorm1dImpl> bn;
+      std::shared_ptr<nn::SequentialImpl> m;
       {
         std::lock_guard<std::mutex> lock(init_mutex());
         manual_seed(3);
-        bn = std::make_shared<nn::BatchNorm1d>(kIn);
-        m = std::make_shared<nn::Sequential>(bn, std::make_shared<nn::Linear>(kIn, kOut));
+        bn = std::make_shared<nn::BatchNorm1dImpl>(kIn);
+        m = std::make_shared<nn::SequentialImpl>(bn, std::make_shared<nn::LinearImpl>(kIn, kOut));
       }
       {
         NoGradGuard g;

@@ -56,8 +56,8 @@ constexpr int kSteps = 10;
 nn::ModulePtr make_mlp(uint64_t seed, int64_t hidden = kHidden) {
   std::lock_guard<std::mutex> lock(init_mutex());
   manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, hidden), std::make_shared<nn::Tanh>(),
-                                          std::make_shared<nn::Linear>(hidden, kOut));
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(kIn, hidden), std::make_shared<nn::TanhImpl>(),
+                                          std::make_shared<nn::LinearImpl>(hidden, kOut));
 }
 
 // A float32 layer then a float64 layer: two flat buffers.
@@ -66,12 +66,12 @@ class Mixed : public nn::Module {
   explicit Mixed(uint64_t seed) {
     std::lock_guard<std::mutex> lock(init_mutex());
     manual_seed(seed);
-    a = register_module("a", std::make_shared<nn::Linear>(kIn, kHidden));
-    b = register_module("b", std::make_shared<nn::Linear>(kHidden, kOut));
+    a = register_module("a", std::make_shared<nn::LinearImpl>(kIn, kHidden));
+    b = register_module("b", std::make_shared<nn::LinearImpl>(kHidden, kOut));
     b->to(kFloat64);
   }
   Tensor forward(const Tensor& x) override { return (*b)((*a)(x).tanh().to(kFloat64)).to(kFloat32); }
-  std::shared_ptr<nn::Linear> a, b;
+  std::shared_ptr<nn::LinearImpl> a, b;
 };
 
 Tensor batch_x(int step, int64_t row0, int64_t rows) {
@@ -262,7 +262,7 @@ TEST(ZeroTraining, MixedDtypesMakeOneFlatBufferEach) {
 TEST(ZeroTraining, Stage1KeepsTheAveragedFullGradientsStage2And3FreeThem) {
   on_local_ranks<int>(2, [](ProcessGroupPtr pg) {
     for (int stage : {1, 2}) {
-      auto lin = std::make_shared<nn::Linear>(3, 2);
+      auto lin = std::make_shared<nn::LinearImpl>(3, 2);
       ZeroOptimizer zero(lin, factory(Opt::SGD), stage, pg);
       // Every rank's loss is (rank + 1) * sum(out): the average gradient of the bias is 1.5.
       ((*lin)(ones({1, 3})).sum() * static_cast<double>(pg->rank() + 1)).backward();
@@ -565,9 +565,9 @@ namespace {
 nn::ModulePtr make_deep(uint64_t seed) {
   std::lock_guard<std::mutex> lock(init_mutex());
   manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(kIn, 5), std::make_shared<nn::Tanh>(),
-                                          std::make_shared<nn::Linear>(5, 4), std::make_shared<nn::Tanh>(),
-                                          std::make_shared<nn::Linear>(4, kOut));
+  return std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(kIn, 5), std::make_shared<nn::TanhImpl>(),
+                                          std::make_shared<nn::LinearImpl>(5, 4), std::make_shared<nn::TanhImpl>(),
+                                          std::make_shared<nn::LinearImpl>(4, kOut));
 }
 constexpr int64_t kDeepUnits[] = {kIn * 5 + 5, 5 * 4 + 4, 4 * kOut + kOut};
 
@@ -720,16 +720,16 @@ class WithUnused : public nn::Module {
   explicit WithUnused(uint64_t seed) {
     std::lock_guard<std::mutex> lock(init_mutex());
     manual_seed(seed);
-    a = register_module("a", std::make_shared<nn::Linear>(kIn, kHidden));
-    c = register_module("c", std::make_shared<nn::Linear>(kHidden, kHidden));
-    b = register_module("b", std::make_shared<nn::Linear>(kHidden, kOut));
+    a = register_module("a", std::make_shared<nn::LinearImpl>(kIn, kHidden));
+    c = register_module("c", std::make_shared<nn::LinearImpl>(kHidden, kHidden));
+    b = register_module("b", std::make_shared<nn::LinearImpl>(kHidden, kOut));
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = (*a)(x).tanh();
     Tensor ignored = (*c)(h);
     return (*b)(h);
   }
-  std::shared_ptr<nn::Linear> a, c, b;
+  std::shared_ptr<nn::LinearImpl> a, c, b;
 };
 }  // namespace
 
@@ -833,35 +833,35 @@ class Scaled : public nn::Module {
  public:
   Scaled() {
     scale = register_parameter("scale", full({5}, 0.9));
-    lin = register_module("lin", std::make_shared<nn::Linear>(5, 5));
+    lin = register_module("lin", std::make_shared<nn::LinearImpl>(5, 5));
   }
   Tensor forward(const Tensor& x) override { return (*lin)(x) * scale; }
   Tensor scale;
-  std::shared_ptr<nn::Linear> lin;
+  std::shared_ptr<nn::LinearImpl> lin;
 };
 // Two layers sharing one weight (in no single one of them: it goes to their common unit).
 class Tied : public nn::Module {
  public:
   Tied() {
-    a = register_module("a", std::make_shared<nn::Linear>(5, 5));
-    b = register_module("b", std::make_shared<nn::Linear>(5, 5));
+    a = register_module("a", std::make_shared<nn::LinearImpl>(5, 5));
+    b = register_module("b", std::make_shared<nn::LinearImpl>(5, 5));
     b->weight = b->register_parameter("weight", a->weight);
   }
   Tensor forward(const Tensor& x) override { return (*b)((*a)(x).tanh()); }
-  std::shared_ptr<nn::Linear> a, b;
+  std::shared_ptr<nn::LinearImpl> a, b;
 };
 class Composite : public nn::Module {
  public:
   explicit Composite(uint64_t seed) {
     std::lock_guard<std::mutex> lock(init_mutex());
     manual_seed(seed);
-    inp = register_module("inp", std::make_shared<nn::Linear>(kIn, 5));
+    inp = register_module("inp", std::make_shared<nn::LinearImpl>(kIn, 5));
     block = register_module("block", std::make_shared<Scaled>());
     tied = register_module("tied", std::make_shared<Tied>());
-    out = register_module("out", std::make_shared<nn::Linear>(5, kOut));
+    out = register_module("out", std::make_shared<nn::LinearImpl>(5, kOut));
   }
   Tensor forward(const Tensor& x) override { return (*out)((*tied)((*block)((*inp)(x).tanh()))); }
-  std::shared_ptr<nn::Linear> inp, out;
+  std::shared_ptr<nn::LinearImpl> inp, out;
   std::shared_ptr<Scaled> block;
   std::shared_ptr<Tied> tied;
 };

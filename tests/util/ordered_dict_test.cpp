@@ -81,13 +81,13 @@ TEST(OrderedDict, UpdateEraseClearAndErrors) {
 }
 
 TEST(OrderedDict, WhatNamedParametersReturns) {
-  torch::nn::Sequential net(std::make_shared<torch::nn::Linear>(3, 2), std::make_shared<torch::nn::ReLU>());
-  torch::OrderedDict<std::string, torch::Tensor> params = net.named_parameters();
+  torch::nn::Sequential net(torch::nn::Linear(3, 2), torch::nn::ReLU());
+  torch::OrderedDict<std::string, torch::Tensor> params = net->named_parameters();
   ASSERT_EQ(params.size(), 2u);
   EXPECT_EQ(params[0].key(), "0.weight");
   EXPECT_EQ(params["0.bias"].sizes().vec(), (std::vector<int64_t>{2}));
-  for (auto& p : net.named_parameters()) EXPECT_TRUE(p.value().requires_grad()) << p.key();
-  EXPECT_EQ(net.named_children().keys(), (std::vector<std::string>{"0", "1"}));
+  for (auto& p : net->named_parameters()) EXPECT_TRUE(p.value().requires_grad()) << p.key();
+  EXPECT_EQ(net->named_children().keys(), (std::vector<std::string>{"0", "1"}));
 }
 
 }  // namespace
