@@ -100,7 +100,7 @@ int train(const Config& cfg, launch::Context& ctx) {
       train_set, data::DataLoaderOptions().batch_size(cfg.batch_size * ctx.size).shuffle(true).drop_last(true).seed(cfg.seed));
   data::DataLoader test_loader(test_set, data::DataLoaderOptions().batch_size(256));
 
-  std::shared_ptr<nn::SequentialImpl> model;
+  nn::Sequential model{nullptr};
   {
     // Ranks on threads share the default generator: build each model from the seed alone, so rank 0's
     // (which DistributedDataParallel broadcasts) is the same in both modes.

@@ -9,31 +9,27 @@
 namespace digits {
 
 /// Flatten, Linear(64, 512), ReLU, Linear(512, 10).
-inline std::shared_ptr<troupe::nn::SequentialImpl> make_mlp() {
+inline troupe::nn::Sequential make_mlp() {
   namespace nn = troupe::nn;
-  // Built one by one: the initialisation draws from the generator in this order, as PyTorch's would.
-  auto flatten = std::make_shared<nn::FlattenImpl>();
-  auto fc1 = std::make_shared<nn::LinearImpl>(64, 512);
-  auto relu = std::make_shared<nn::ReLUImpl>();
-  auto fc2 = std::make_shared<nn::LinearImpl>(512, 10);
-  return std::make_shared<nn::SequentialImpl>(flatten, fc1, relu, fc2);
+  // A braced list is evaluated left to right, so the layers draw their initial weights from the
+  // generator in this order, as PyTorch's would.
+  return nn::Sequential{nn::Flatten(), nn::Linear(64, 512), nn::ReLU(), nn::Linear(512, 10)};
 }
 
 /// Conv2d(1, 16, 3, padding 1), BatchNorm2d, ReLU, MaxPool2d(2), Conv2d(16, 32, 3, padding 1),
 /// BatchNorm2d, ReLU, MaxPool2d(2), Flatten, Linear(128, 10).
-inline std::shared_ptr<troupe::nn::SequentialImpl> make_conv_net() {
+inline troupe::nn::Sequential make_conv_net() {
   namespace nn = troupe::nn;
-  auto c1 = std::make_shared<nn::Conv2dImpl>(1, 16, 3, 1, 1);
-  auto bn1 = std::make_shared<nn::BatchNorm2dImpl>(16);
-  auto r1 = std::make_shared<nn::ReLUImpl>();
-  auto p1 = std::make_shared<nn::MaxPool2dImpl>(2);
-  auto c2 = std::make_shared<nn::Conv2dImpl>(16, 32, 3, 1, 1);
-  auto bn2 = std::make_shared<nn::BatchNorm2dImpl>(32);
-  auto r2 = std::make_shared<nn::ReLUImpl>();
-  auto p2 = std::make_shared<nn::MaxPool2dImpl>(2);
-  auto flat = std::make_shared<nn::FlattenImpl>();
-  auto fc = std::make_shared<nn::LinearImpl>(32 * 2 * 2, 10);
-  return std::make_shared<nn::SequentialImpl>(c1, bn1, r1, p1, c2, bn2, r2, p2, flat, fc);
+  return nn::Sequential{nn::Conv2d(nn::Conv2dOptions(1, 16, 3).padding(1)),
+                        nn::BatchNorm2d(16),
+                        nn::ReLU(),
+                        nn::MaxPool2d(2),
+                        nn::Conv2d(nn::Conv2dOptions(16, 32, 3).padding(1)),
+                        nn::BatchNorm2d(32),
+                        nn::ReLU(),
+                        nn::MaxPool2d(2),
+                        nn::Flatten(),
+                        nn::Linear(32 * 2 * 2, 10)};
 }
 
 }  // namespace digits

@@ -8,22 +8,23 @@
 
 using namespace troupe;
 
-// Two Linear layers and a ReLU, as one would write `class Net(nn.Module)` in PyTorch.
-class Net : public nn::Module {
- public:
-  Net() {
-    fc1 = register_module("fc1", std::make_shared<nn::LinearImpl>(2, 32));
-    fc2 = register_module("fc2", std::make_shared<nn::LinearImpl>(32, 2));
+// Two Linear layers and a ReLU, written as for libtorch (`class Net(nn.Module)` in PyTorch): the class is
+// NetImpl, TROUPE_MODULE(Net) makes the holder Net that owns one.
+struct NetImpl : nn::Module {
+  NetImpl() {
+    fc1 = register_module("fc1", nn::Linear(2, 32));
+    fc2 = register_module("fc2", nn::Linear(32, 2));
   }
-  Tensor forward(const Tensor& x) override { return (*fc2)(relu((*fc1)(x))); }
-  std::shared_ptr<nn::LinearImpl> fc1, fc2;
+  Tensor forward(Tensor x) { return fc2(relu(fc1(x))); }
+  nn::Linear fc1{nullptr}, fc2{nullptr};
 };
+TROUPE_MODULE(Net);
 
 int main(int argc, char** argv) {
   int steps = argc > 1 ? std::atoi(argv[1]) : 500;
   manual_seed(0);
-  auto net = std::make_shared<Net>();
-  std::cout << *net << "\n";
+  Net net;
+  std::cout << net << "\n";
 
   // Two interleaved half-moons of points, labelled by which side of a sine curve they lie on.
   Tensor x = rand({512, 2}) * 4.0 - 2.0;
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   auto handle = net->fc1->register_forward_hook([&](nn::Module&, const nn::Args&, const nn::Value&) { ++hook_calls; });
   nn::CrossEntropyLoss loss_fn;
   for (int step = 0; step <= steps; ++step) {
-    Tensor loss = loss_fn((*net)(x), y);
+    Tensor loss = loss_fn(net(x), y);
     net->zero_grad();
     loss.backward();
     NoGradGuard no_grad;
@@ -43,17 +44,17 @@ int main(int argc, char** argv) {
   handle.remove();
 
   net->eval();
-  Tensor accuracy = eq(argmax((*net)(x), 1), y).to(kFloat32).mean();
+  Tensor accuracy = eq(argmax(net(x), 1), y).to(kFloat32).mean();
   std::printf("train accuracy %.3f (forward hook ran %lld times)\n", accuracy.item<float>(),
               static_cast<long long>(hook_calls));
 
   // Checkpoint: safetensors out, into a fresh model, same outputs.
   std::string path = "module_tour.safetensors";
   nn::save_safetensors(net->state_dict(), path);
-  auto restored = std::make_shared<Net>();
+  Net restored;
   restored->load_state_dict(nn::load_safetensors(path));
   restored->eval();
-  bool same = equal((*restored)(x), (*net)(x));
+  bool same = equal(restored(x), net(x));
   std::printf("restored from %s: outputs %s\n", path.c_str(), same ? "identical" : "DIFFER");
   std::remove(path.c_str());
   return same && accuracy.item<float>() > 0.8f ? 0 : 1;

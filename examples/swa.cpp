@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     int64_t seen = 0;
     for (auto& batch : loader) {
       optimizer.zero_grad();
-      Tensor loss = loss_fn((*model)(batch.data), batch.target);
+      Tensor loss = loss_fn(model(batch.data), batch.target);
       loss.backward();
       optimizer.step();
       if (epoch >= ema_start) ema_model.update_parameters(*model);

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   data::DataLoader train_loader(train_set, data::DataLoaderOptions().batch_size(cfg.batch_size).shuffle(true).seed(cfg.seed));
   data::DataLoader test_loader(test_set, data::DataLoaderOptions().batch_size(256));
 
-  std::shared_ptr<nn::SequentialImpl> model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
+  nn::Sequential model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
   optim::SGD optimizer(model->parameters(), optim::SGDOptions(cfg.lr).momentum(0.9).weight_decay(1e-4));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/cfg.epochs);
   nn::CrossEntropyLoss loss_fn;
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     int64_t seen = 0, correct = 0;
     const double lr = optimizer.param_groups()[0].options().get_lr();
     for (auto& batch : train_loader) {
-      Tensor output = (*model)(batch.data);
+      Tensor output = model(batch.data);
       Tensor loss = loss_fn(output, batch.target);
       optimizer.zero_grad();
       loss.backward();
