@@ -1,0 +1,148 @@
+// MultiStep and MultiStepTransform (rl/multistep.h): the n-step arithmetic in one pass per row.
+#include <troupe/rl/multistep.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <troupe/tensor/ops.h>
+
+namespace troupe::rl {
+
+namespace {
+
+// done / reward must be shaped as the batch, or the batch followed by a singleton dim.
+void check_per_frame(const char* what, const Tensor& t, const std::vector<int64_t>& batch) {
+  auto s = t.sizes().vec();
+  bool same = s == batch;
+  bool trailing_one = s.size() == batch.size() + 1 && s.back() == 1 && std::equal(batch.begin(), batch.end(), s.begin());
+  if (!same && !trailing_one) {
+    std::string b, g;
+    for (size_t i = 0; i < batch.size(); ++i) b += (i ? ", " : "") + std::to_string(batch[i]);
+    for (size_t i = 0; i < s.size(); ++i) g += (i ? ", " : "") + std::to_string(s[i]);
+    throw std::invalid_argument(std::string("[MultiStep] ") + what + " must have the batch shape [" + b +
+                                "] (optionally followed by 1), got [" + g + "]");
+  }
+}
+
+bool is_unshifted(const Key& k) {
+  // next.reward / done / terminated / truncated / original_reward stay per frame
+  if (k.parts().size() != 2) return false;
+  const std::string& n = k.parts()[1];
+  return n == "reward" || n == "done" || n == "terminated" || n == "truncated" || n == "original_reward";
+}
+
+}  // namespace
+
+MultiStep::MultiStep(double gamma, int64_t n_steps) : gamma_(gamma), n_steps_(n_steps) {
+  if (n_steps < 0) throw std::invalid_argument("n_steps must be a non-negative integer, got " + std::to_string(n_steps));
+  if (!(gamma > 0 && gamma <= 1)) {
+    std::string g = std::to_string(gamma);
+    throw std::invalid_argument("got out-of-bounds gamma decay: gamma=" + g);
+  }
+}
+
+TensorDict MultiStep::operator()(const TensorDict& batch) const {
+  if (n_steps_ == 0) return batch;
+  if (batch.batch_dims() < 1)
+    throw std::invalid_argument("[MultiStep] expected a TensorDict with batch dims [*B, T] (time last), got batch_size torch.Size([])");
+  if (!batch.contains("next.done") || !batch.contains("next.reward"))
+    throw std::invalid_argument("[MultiStep] the batch must hold ('next', 'reward') and ('next', 'done')");
+  const auto& bs = batch.batch_size();
+  const int64_t T = bs.back();
+  const int64_t rows = T == 0 ? 0 : batch.numel() / T;
+  Tensor done = batch.get("next.done");
+  Tensor reward = batch.get("next.reward");
+  check_per_frame("('next', 'done')", done, bs);
+  check_per_frame("('next', 'reward')", reward, bs);
+
+  Tensor done_c = done.to(kBool).contiguous();
+  Tensor rew_c = reward.to(kFloat64).contiguous();
+  const bool* dn = done_c.data_ptr<bool>();
+  const double* r = rew_c.data_ptr<double>();
+
+  const int64_t N = rows * T;
+  Tensor gather = empty({N}, TensorOptions().dtype(kInt64));
+  Tensor steps = empty({N}, TensorOptions().dtype(kInt64));
+  Tensor summed = empty({N}, TensorOptions().dtype(kFloat64));
+  Tensor nonterm = empty({N}, TensorOptions().dtype(kBool));
+  int64_t* gi = gather.data_ptr<int64_t>();
+  int64_t* st = steps.data_ptr<int64_t>();
+  double* sr = summed.data_ptr<double>();
+  bool* nt = nonterm.data_ptr<bool>();
+  const int64_t n = n_steps_;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t base = b * T;
+    int64_t d = T - 1;  // d(t): the first done frame at or after t (else the batch's last)
+    for (int64_t t = T - 1; t >= 0; --t) {
+      if (dn[base + t]) d = t;
+      const int64_t idx = std::min(t + n - 1, d);
+      double acc = 0, g = 1;
+      for (int64_t i = t; i <= idx; ++i) {
+        acc += g * r[base + i];
+        g *= gamma_;
+      }
+      gi[base + t] = base + idx;
+      st[base + t] = idx - t + 1;
+      sr[base + t] = acc;
+      nt[base + t] = t != d;
+    }
+  }
+
+  TensorDict out = batch;
+  // shift every next.* entry but the per-frame ones to frame idx
+  for (const Key& k : batch.keys(true, true)) {
+    if (k.parts().size() < 2 || k.parts()[0] != "next" || is_unshifted(k)) continue;
+    Tensor v = batch.get(k);
+    Tensor flat = v.reshape({N, -1}).index_select(0, gather).reshape(v.sizes().vec());
+    out.set(k, flat);
+  }
+  const ScalarType float_t = is_floating_point(reward.dtype()) ? reward.dtype() : kFloat32;
+  Tensor steps_s = steps.reshape(done.sizes().vec());
+  Tensor gamma_t = empty({N}, TensorOptions().dtype(kFloat64));
+  {
+    double* gp = gamma_t.data_ptr<double>();
+    for (int64_t i = 0; i < N; ++i) gp[i] = std::pow(gamma_, static_cast<double>(st[i]));
+  }
+  out.set("next.original_reward", reward);
+  out.set("next.reward", summed.to(reward.dtype()).reshape(reward.sizes().vec()));
+  out.set("steps_to_next_obs", steps_s);
+  out.set("gamma", gamma_t.to(float_t).reshape(done.sizes().vec()));
+  out.set("nonterminal", nonterm.reshape(done.sizes().vec()));
+  return out;
+}
+
+// ------------------------------------------------------------------------------ MultiStepTransform
+
+MultiStepTransform::MultiStepTransform(double gamma, int64_t n_steps) : ms_(gamma, n_steps) {}
+
+int64_t MultiStepTransform::held() const { return held_ ? held_->batch_size().back() : 0; }
+
+TensorDict MultiStepTransform::operator()(const TensorDict& batch) {
+  const int64_t keep = ms_.n_steps() > 0 ? ms_.n_steps() - 1 : 0;
+  if (batch.batch_dims() < 1) throw std::invalid_argument("[MultiStepTransform] expected batch dims [*B, T]");
+  const int64_t time = batch.batch_dims() - 1;
+  TensorDict joined = batch;
+  if (held_) {
+    std::vector<int64_t> a = held_->batch_size(), b = batch.batch_size();
+    a.pop_back();
+    b.pop_back();
+    if (a != b) throw std::invalid_argument("[MultiStepTransform] the batch's rows differ from the previous batch's");
+    joined = TensorDict::cat({*held_, batch}, time);
+  }
+  const int64_t total = joined.batch_size().back();
+  const int64_t ready = std::max<int64_t>(total - keep, 0);
+  TensorDict done = ms_(joined);
+  held_ = joined.slice(time, ready, total).clone();
+  return done.slice(time, 0, ready);
+}
+
+std::optional<TensorDict> MultiStepTransform::flush() {
+  if (!held_) return std::nullopt;
+  TensorDict out = ms_(*held_);
+  held_.reset();
+  return out;
+}
+
+}  // namespace troupe::rl
