@@ -105,6 +105,11 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
     double* gp = gamma_t.data_ptr<double>();
     for (int64_t i = 0; i < N; ++i) gp[i] = std::pow(gamma_, static_cast<double>(st[i]));
   }
+  // whether the window ends on a terminal frame (terminated, else done, at idx): a value target must not
+  // bootstrap there; the shifted next.observation of such a frame is the terminal one
+  Tensor term = batch.contains("next.terminated") ? batch.get("next.terminated") : done;
+  out.set("next.n_step_terminated",
+          term.to(kBool).reshape({N}).index_select(0, gather).reshape(done.sizes().vec()));
   out.set("next.original_reward", reward);
   out.set("next.reward", summed.to(reward.dtype()).reshape(reward.sizes().vec()));
   out.set("steps_to_next_obs", steps_s);

@@ -19,6 +19,8 @@ namespace troupe::rl {
 /// next.<key> <- next.<key>[idx] (all next keys but reward, done, terminated, truncated);
 /// next.reward <- sum_{i <= idx - t} gamma^i r[t + i] (the original in next.original_reward);
 /// steps_to_next_obs = idx - t + 1, gamma = gamma^steps_to_next_obs, nonterminal = (t != d(t)).
+/// Beyond the pinned keys: next.n_step_terminated = next.terminated[idx] (next.done[idx] without a
+/// terminated key), what a value target needs to know whether to bootstrap from the shifted observation.
 /// n_steps = 0 is the identity.
 class MultiStep {
  public:

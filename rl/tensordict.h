@@ -164,6 +164,8 @@ class TensorDict {
   std::optional<Device> device_;
 };
 
+/// Same keys, shapes, dtypes and values.
+bool equal(const TensorDict& a, const TensorDict& b);
 std::ostream& operator<<(std::ostream& os, const TensorDict& td);
 
 }  // namespace troupe::rl

@@ -83,6 +83,8 @@ TEST(MultiStep, SecondCheckWithADone) {
   EXPECT_EQ(ints(out.get("steps_to_next_obs")), (std::vector<int64_t>{3, 3, 3, 3, 2, 1, 3, 3, 2, 1}));
   EXPECT_EQ(ints(out.get("nonterminal")), (std::vector<int64_t>{1, 1, 1, 1, 1, 0, 1, 1, 1, 0}));
   EXPECT_EQ(ints(out.get("next.done")), (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 0, 0, 0, 0}));
+  // the windows of t = 3, 4, 5 end on the terminated frame 5
+  EXPECT_EQ(ints(out.get("next.n_step_terminated")), (std::vector<int64_t>{0, 0, 0, 1, 1, 1, 0, 0, 0, 0}));
 }
 
 TEST(MultiStep, ZeroIsIdentityAndOneKeepsRewards) {
