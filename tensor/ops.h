@@ -47,7 +47,9 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions opts = {},
                  std::function<void(void*)> deleter = nullptr);
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions opts = {},
                  std::function<void(void*)> deleter = nullptr);
-/// A 1-D tensor copied from `values` (dtype of T unless opts give one).
+/// A 1-D tensor copied from `values`. Without a dtype in opts, libtorch's rule for torch::tensor:
+/// vector<double> and vector<float> give the default dtype, vector<int> and vector<int64_t> int64, the
+/// others (uint8, bool, Half, BFloat16) their own; pass the dtype to keep float64 or int32.
 template <typename T>
 Tensor tensor(const std::vector<T>& values, TensorOptions opts = {});
 /// torch::tensor: a number or a (nested) braced list (detail::TensorDataContainer). Without a dtype in

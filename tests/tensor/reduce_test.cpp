@@ -35,7 +35,7 @@ void expect_error(F&& f, const std::string& sub) {
   }
 }
 
-Tensor vec_f64(const std::vector<double>& v) { return tensor(v); }
+Tensor vec_f64(const std::vector<double>& v) { return tensor(v, kFloat64); }
 Tensor vec_f32(const std::vector<float>& v) { return tensor(v); }
 
 std::vector<int64_t> shape_of(const Tensor& t) { return t.sizes().vec(); }
@@ -65,7 +65,7 @@ Tensor ref_sum(const Tensor& x, const std::vector<int64_t>& red, bool keepdim) {
       idx[i] = 0;
     }
   }
-  return tensor(out).reshape(os);
+  return tensor(out, kFloat64).reshape(os);
 }
 
 }  // namespace
