@@ -265,10 +265,13 @@ class Tensor {
   Tensor var(int dim) const;
   Tensor var(int64_t dim) const;
   Tensor var(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
+  /// Divides by count - correction (nullopt: 1); a plain number as the second argument is `unbiased`.
+  Tensor var(IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false) const;
   Tensor std(bool unbiased = true) const;
   Tensor std(int dim) const;
   Tensor std(int64_t dim) const;
   Tensor std(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor std(IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false) const;
   Tensor prod() const;
   Tensor prod(int64_t d, bool keepdim = false) const;
   Tensor max() const;
