@@ -21,6 +21,28 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return st;
 }
 
+std::ostream& operator<<(std::ostream& os, Layout) { return os << "Strided"; }
+
+std::ostream& operator<<(std::ostream& os, const TensorOptions& o) {
+  // The element type as libtorch's TypeMeta names it.
+  auto type_name = [](ScalarType t) {
+    switch (t) {
+      case kBool: return "bool";
+      case kUInt8: return "unsigned char";
+      case kInt32: return "int";
+      case kInt64: return "long int";
+      case kFloat16: return "c10::Half";
+      case kBFloat16: return "c10::BFloat16";
+      case kFloat32: return "float";
+      case kFloat64: return "double";
+    }
+    return "?";
+  };
+  return os << "TensorOptions(dtype=" << type_name(o.dtype()) << (o.has_dtype() ? "" : " (default)")
+            << ", device=" << o.device() << ", layout=" << o.layout()
+            << ", requires_grad=" << (o.requires_grad() ? "true" : "false (default)") << ", pinned_memory=false (default), memory_format=(nullopt))";
+}
+
 TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, std::vector<int64_t> sz, std::vector<int64_t> st, int64_t off,
                        ScalarType dt)
     : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), offset(off), dtype(dt) {

@@ -18,6 +18,12 @@
 
 namespace troupe {
 
+/// How elements are laid out: troupe has only dense strided tensors (libtorch's kStrided).
+enum class Layout : int8_t { Strided };
+constexpr Layout kStrided = Layout::Strided;
+/// "Strided", as libtorch prints it.
+std::ostream& operator<<(std::ostream& os, Layout l);
+
 /// Options for a factory: dtype, device, requires_grad (`TensorOptions().dtype(kFloat64)`).
 class TensorOptions {
  public:
@@ -25,16 +31,26 @@ class TensorOptions {
   TensorOptions(ScalarType d) : dtype_(d) {}
   TensorOptions(Device d) : device_(d) {}
   TensorOptions(DeviceType d) : device_(Device(d)) {}
+  TensorOptions(Layout) {}
 
   TensorOptions dtype(ScalarType d) const { auto o = *this; o.dtype_ = d; return o; }
+  /// libtorch's `dtype<float>()`.
+  template <typename T>
+  TensorOptions dtype() const { return dtype(dtype_of<T>::value); }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions device(DeviceType t, int index) const { return device(Device(t, index)); }
+  /// A CUDA device of this index (libtorch's device_index).
+  TensorOptions device_index(int index) const { return device(Device(kCUDA, index)); }
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  /// Only kStrided exists.
+  TensorOptions layout(Layout) const { return *this; }
 
   /// The dtype, or the default float dtype when none was set.
   ScalarType dtype() const { return dtype_ ? *dtype_ : get_default_dtype(); }
   bool has_dtype() const { return dtype_.has_value(); }
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }
+  Layout layout() const { return kStrided; }
 
  private:
   std::optional<ScalarType> dtype_;
@@ -42,8 +58,15 @@ class TensorOptions {
   bool requires_grad_ = false;
 };
 
+/// libtorch's text: `TensorOptions(dtype=float, device=cpu, layout=Strided, requires_grad=false (default), ...)`.
+std::ostream& operator<<(std::ostream& os, const TensorOptions& o);
+
 inline TensorOptions dtype(ScalarType d) { return TensorOptions().dtype(d); }
+template <typename T>
+inline TensorOptions dtype() { return TensorOptions().dtype<T>(); }
 inline TensorOptions device(Device d) { return TensorOptions().device(d); }
+inline TensorOptions device_index(int index) { return TensorOptions().device_index(index); }
+inline TensorOptions layout(Layout l) { return TensorOptions().layout(l); }
 inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
 
 namespace indexing {
@@ -80,7 +103,9 @@ class Tensor {
   Device device() const { return impl_->device(); }
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
+  /// dtype, device and layout (requires_grad is not part of it, as in libtorch).
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+  Layout layout() const { return kStrided; }
   size_t element_size() const { return troupe::element_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const { return impl_->contiguous; }
