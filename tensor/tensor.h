@@ -175,7 +175,10 @@ class Tensor {
   Tensor& normal_(double mean = 0, double std = 1);
   Tensor& uniform_(double from = 0, double to = 1);
   Tensor& bernoulli_(double p);
+  /// Integers uniform on [from, to), on [0, to), or on [0, 2^mantissa digits] / [0, max] for the dtype.
   Tensor& random_(int64_t from, int64_t to);
+  Tensor& random_(int64_t to);
+  Tensor& random_();
   Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
   Tensor float_() const { return to(kFloat32); }
   Tensor double_() const { return to(kFloat64); }
