@@ -37,9 +37,31 @@ class EnableGradGuard {
   bool prev_;
 };
 
+/// torch::InferenceMode: in its scope no graph is recorded (grad mode is off) and every tensor made is an
+/// inference tensor (`t.is_inference()`), which outside the mode cannot be changed in place, require grad
+/// or be saved for backward. `InferenceMode(false)` turns it off (and grad mode on) in a nested scope.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true);
+  ~InferenceMode();
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+  /// True inside an enabled InferenceMode scope on this thread.
+  static bool is_enabled();
+
+ private:
+  bool prev_inference_;
+  bool prev_grad_;
+};
+
 namespace autograd {
 
 using variable_list = std::vector<Tensor>;
+/// libtorch's name for a tensor taking part in autograd.
+using Variable = Tensor;
+
+/// Inference mode is also reachable as autograd::InferenceMode.
+using troupe::InferenceMode;
 
 /// Thread-local switch for graph recording.
 struct GradMode {
@@ -63,6 +85,12 @@ struct InputMeta {
   ScalarType dtype = kFloat32;
   Device device;
 };
+
+/// PyTorch's error for a backward through freed saved tensors ("Trying to backward through the graph a
+/// second time ...").
+[[noreturn]] void throw_backward_twice();
+/// The error for changing an inference tensor in place outside InferenceMode (`op` names the operation).
+[[noreturn]] void throw_inference_inplace(const char* op);
 
 /// A node of the backward graph: the backward of one forward op. Its inputs are the gradients of the
 /// forward op's outputs; its outputs are the gradients of the forward op's inputs, sent along

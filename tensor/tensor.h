@@ -113,7 +113,10 @@ class Tensor {
   bool is_view() const { return impl_->view_base != nullptr; }
   /// The version counter shared with every view of the same storage.
   uint32_t _version() const { return impl_->storage->version; }
-  void bump_version() const { ++impl_->storage->version; }
+  void bump_version() const {
+    if (impl_->storage->inference) check_inference_inplace();
+    ++impl_->storage->version;
+  }
 
   // ---- data access
   template <typename T>
@@ -142,6 +145,8 @@ class Tensor {
   /// backward(gradient, retain_graph, create_graph, inputs).
   void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false, const std::vector<Tensor>& inputs = {}) const;
+  /// Made inside an InferenceMode scope (or a view of such a tensor): no autograd outside the mode.
+  bool is_inference() const;
   /// A tensor sharing this one's data, outside the graph.
   Tensor detach() const;
   /// Makes this tensor use `src`'s storage, geometry and dtype, keeping its identity and autograd
@@ -172,6 +177,10 @@ class Tensor {
   Tensor& fill_(Scalar v);
   Tensor& fill_(const Tensor& v);
   Tensor& zero_();
+  /// Makes this tensor contiguous of `sizes`, keeping the elements that fit and growing the storage (the
+  /// new elements are uninitialised); same sizes keep the strides. Refused on a tensor that requires grad.
+  Tensor& resize_(IntArrayRef sizes);
+  Tensor& resize_as_(const Tensor& other) { return resize_(other.sizes()); }
   Tensor& normal_(double mean = 0, double std = 1);
   Tensor& uniform_(double from = 0, double to = 1);
   Tensor& bernoulli_(double p);
@@ -349,6 +358,8 @@ class Tensor {
   std::string str() const;
 
  private:
+  /// Throws for an in-place change of an inference tensor outside InferenceMode.
+  void check_inference_inplace() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
