@@ -189,11 +189,7 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
 Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner) const {
   if (!was_defined_) return Tensor();
   if (released_)
-    throw std::runtime_error(
-        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
-        "you need to access saved tensors after calling backward.");
+    throw_backward_twice();
   std::string producer = producer_;
   if (producer.empty() && is_output_ && t_current_node) producer = t_current_node->name();
   if (data_._version() != version_) {
@@ -233,11 +229,7 @@ void SavedVariable::reset() {
 
 variable_list FunctionNode::apply(variable_list&& grads) {
   if (released_)
-    throw std::runtime_error(
-        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
-        "you need to access saved tensors after calling backward.");
+    throw_backward_twice();
   struct Current {
     autograd::Node* prev;
     ~Current() { t_current_node = prev; }
@@ -542,7 +534,8 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
         outputs.resize(n->num_outputs());  // nothing flows: every input gradient is "none"
       } else {
         for (size_t i = 0; i < inputs.size(); ++i)
-          if (!inputs[i].defined() && !dynamic_cast<AccumulateGrad*>(n)) inputs[i] = materialize(n->input_meta[i]);
+          if (!inputs[i].defined() && !dynamic_cast<AccumulateGrad*>(n) && n->materializes_grads())
+            inputs[i] = materialize(n->input_meta[i]);
         for (auto& h : n->pre_hooks) {
           variable_list r = h.fn(inputs);
           if (!r.empty()) {

@@ -105,6 +105,9 @@ struct Node : std::enable_shared_from_this<Node> {
   virtual void release_variables() {}
   /// Drops everything the node captured (saved tensors, closures): used when tearing a graph down.
   virtual void clear_captures() {}
+  /// False when apply wants missing incoming gradients as undefined tensors rather than zeros (a custom
+  /// Function after ctx->set_materialize_grads(false)).
+  virtual bool materializes_grads() const { return true; }
 
   size_t num_inputs() const { return input_meta.size(); }
   size_t num_outputs() const { return next_edges.size(); }

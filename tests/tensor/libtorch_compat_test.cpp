@@ -1,7 +1,7 @@
 // The tensor- and autograd-level pieces of libtorch's API, written as libtorch code writes them (torch
-// renamed troupe): device and options queries, resize_ and random_, InferenceMode, var/std's correction
-// overload, warnings and torch::tensor of a std::vector. Expected values and error texts were probed
-// against Debian's libtorch 1.13.
+// renamed troupe): device and options queries, resize_ and random_, InferenceMode, custom autograd
+// Functions, var/std's correction overload, warnings and torch::tensor of a std::vector. Expected values
+// and error texts were probed against Debian's libtorch 1.13.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <troupe/tensor/autograd.h>
+#include <troupe/tensor/custom_function.h>
 #include <troupe/tensor/gradcheck.h>
 #include <troupe/tensor/ops.h>
 #include <troupe/tensor/warning.h>
@@ -19,6 +20,8 @@
 namespace {
 
 namespace torch = troupe;  // written in libtorch's spelling
+using torch::autograd::AutogradContext;
+using torch::autograd::Variable;
 using torch::autograd::variable_list;
 
 template <class Fn>
@@ -289,6 +292,269 @@ TEST(LibtorchInferenceMode, InferenceTensorsStayOutOfAutogradOutsideTheMode) {
   auto ok = w * inf.clone();  // a clone is a normal tensor
   EXPECT_TRUE(ok.requires_grad());
   EXPECT_EQ(values(inf * 3), (std::vector<double>{3, 3}));
+}
+
+// ============================================================ 4. custom autograd Functions
+
+struct MulConst : public torch::autograd::Function<MulConst> {
+  static Variable forward(AutogradContext* ctx, Variable x, double c) {
+    ctx->saved_data["c"] = c;
+    return x * c;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    return {grad_out[0] * ctx->saved_data["c"].toDouble(), Variable()};
+  }
+};
+
+// a * b + k * a, saving both inputs; backward written with differentiable ops, so double backward works.
+struct MulAddScaled : public torch::autograd::Function<MulAddScaled> {
+  static Variable forward(AutogradContext* ctx, Variable a, Variable b, int64_t k) {
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["k"] = k;
+    return a * b + a * static_cast<double>(k);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto saved = ctx->get_saved_variables();
+    auto a = saved[0], b = saved[1];
+    const double k = static_cast<double>(ctx->saved_data["k"].toInt());
+    Variable ga, gb;
+    if (ctx->needs_input_grad(0)) ga = g[0] * (b + k);
+    if (ctx->needs_input_grad(1)) gb = g[0] * a;
+    return {ga, gb, Variable()};
+  }
+};
+
+// exp(x), saving the output (as PyTorch's tutorial Exp does).
+struct Exp : public torch::autograd::Function<Exp> {
+  static Variable forward(AutogradContext* ctx, Variable x) {
+    auto y = x.exp();
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {g[0] * ctx->get_saved_variables()[0]};
+  }
+};
+
+std::string node_name(const std::string& fn) { return "troupe::autograd::CppNode<(anonymous namespace)::" + fn + ">"; }
+
+TEST(LibtorchCustomFunction, ForwardAndBackwardAsLibtorchWritesThem) {
+  auto x = torch::tensor({1.0, -2.0, 3.0}, torch::dtype(torch::kDouble).requires_grad(true));
+  Variable y = MulConst::apply(x, 2.5);
+  EXPECT_TRUE(y.requires_grad());
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), node_name("MulConst"));
+  EXPECT_EQ(values(y), (std::vector<double>{2.5, -5.0, 7.5}));
+  y.sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2.5, 2.5, 2.5}));
+}
+
+TEST(LibtorchCustomFunction, GradcheckOfTheExamples) {
+  using torch::autograd::gradcheck;
+  using torch::autograd::gradgradcheck;
+  auto a = torch::randn({3, 4}, torch::dtype(torch::kDouble).requires_grad(true));
+  auto b = torch::randn({3, 4}, torch::dtype(torch::kDouble).requires_grad(true));
+  EXPECT_TRUE(gradcheck([](const variable_list& in) { return variable_list{MulConst::apply(in[0], -1.5)}; }, {a}));
+  auto muladd = [](const variable_list& in) { return variable_list{MulAddScaled::apply(in[0], in[1], int64_t{3})}; };
+  EXPECT_TRUE(gradcheck(muladd, {a, b}));
+  EXPECT_TRUE(gradgradcheck(muladd, {a, b}));
+  auto exp = [](const variable_list& in) { return variable_list{Exp::apply(in[0])}; };
+  EXPECT_TRUE(gradcheck(exp, {a}));
+  EXPECT_TRUE(gradgradcheck(exp, {a}));  // through the saved output, re-attached to its node
+}
+
+TEST(LibtorchCustomFunction, NeedsInputGradFollowsRequiresGrad) {
+  auto a = torch::randn({3}, torch::dtype(torch::kDouble).requires_grad(true));
+  auto b = torch::randn({3}, torch::kDouble);
+  MulAddScaled::apply(a, b, int64_t{1}).sum().backward();
+  EXPECT_TRUE(torch::allclose(a.grad(), b + 1.0));
+  EXPECT_FALSE(b.grad().defined());
+}
+
+struct TwoOutputs : public torch::autograd::Function<TwoOutputs> {
+  static variable_list forward(AutogradContext* ctx, Variable x, bool materialize) {
+    ctx->set_materialize_grads(materialize);
+    return {x * 2, x * 3};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    ctx->saved_data["second_defined"] = g[1].defined();
+    Variable gx = g[0] * 2;
+    if (g[1].defined()) gx = gx + g[1] * 3;
+    last_second_defined = g[1].defined();
+    return {gx, Variable()};
+  }
+  static inline bool last_second_defined = false;
+};
+
+TEST(LibtorchCustomFunction, VariableListOutputsAndMaterializeGrads) {
+  auto x = torch::ones({2}, torch::requires_grad());
+  auto outs = TwoOutputs::apply(x, true);
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[1].output_nr(), 1u);
+  outs[0].sum().backward();
+  EXPECT_TRUE(TwoOutputs::last_second_defined);  // zeros by default
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 2}));
+  x.mutable_grad() = torch::Tensor();
+  TwoOutputs::apply(x, false)[0].sum().backward();
+  EXPECT_FALSE(TwoOutputs::last_second_defined);  // set_materialize_grads(false): undefined
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 2}));
+  x.mutable_grad() = torch::Tensor();
+  auto both = TwoOutputs::apply(x, false);
+  (both[0] + both[1]).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{5, 5}));
+}
+
+struct AddOneInPlace : public torch::autograd::Function<AddOneInPlace> {
+  static Variable forward(AutogradContext* ctx, Variable x) {
+    x.add_(1);
+    ctx->mark_dirty({x});
+    return x;
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
+};
+
+TEST(LibtorchCustomFunction, MarkDirtyRebasesTheInput) {
+  auto leaf = torch::ones({3}, torch::requires_grad());
+  auto x = leaf.clone();
+  const auto version = x._version();
+  auto y = AddOneInPlace::apply(x);
+  EXPECT_TRUE(y.is_same(x));
+  EXPECT_EQ(x._version(), version + 2);  // add_ and mark_dirty each bump it, as in libtorch
+  EXPECT_EQ(x.grad_fn()->name(), node_name("AddOneInPlace"));
+  (y * y).sum().backward();
+  EXPECT_EQ(values(leaf.grad()), (std::vector<double>{4, 4, 4}));
+  EXPECT_EQ(error_of([&] { AddOneInPlace::apply(leaf); }),
+            "a leaf Variable that requires grad has been used in an in-place operation.");
+}
+
+struct ValueAndIndex : public torch::autograd::Function<ValueAndIndex> {
+  static variable_list forward(AutogradContext* ctx, Variable x) {
+    auto idx = x.argmax();
+    auto mask = (x > 0).to(torch::kFloat);
+    ctx->mark_non_differentiable({idx, mask});
+    return {x * 2, idx, mask};
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0] * 2}; }
+};
+
+TEST(LibtorchCustomFunction, MarkNonDifferentiableOutputsDoNotRequireGrad) {
+  auto x = torch::tensor({1.0, 3.0, -2.0}, torch::requires_grad());
+  auto outs = ValueAndIndex::apply(x);
+  EXPECT_TRUE(outs[0].requires_grad());
+  EXPECT_FALSE(outs[1].requires_grad());
+  EXPECT_FALSE(outs[2].requires_grad());
+  EXPECT_EQ(outs[1].item<int64_t>(), 1);
+  outs[0].sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 2, 2}));
+}
+
+struct Identity : public torch::autograd::Function<Identity> {
+  static Variable forward(AutogradContext*, Variable x) { return x; }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0] * 10}; }
+};
+
+TEST(LibtorchCustomFunction, ReturningAnInputGivesANewTensorWithHistory) {
+  auto x = torch::ones({2}, torch::requires_grad());
+  auto y = Identity::apply(x);
+  EXPECT_FALSE(y.is_same(x));
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_EQ(y.grad_fn()->name(), node_name("Identity"));
+  y.sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{10, 10}));
+}
+
+struct TooFew : public torch::autograd::Function<TooFew> {
+  static Variable forward(AutogradContext*, Variable x, Variable y) { return x * y; }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
+};
+struct GradForDouble : public torch::autograd::Function<GradForDouble> {
+  static Variable forward(AutogradContext*, Variable x, double c) { return x * c; }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::ones({1})}; }
+};
+struct ExtraUndefined : public torch::autograd::Function<ExtraUndefined> {
+  static Variable forward(AutogradContext*, Variable x) { return x * 1; }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], Variable(), Variable()}; }
+};
+
+TEST(LibtorchCustomFunction, BackwardResultsAreCheckedWithLibtorchsMessages) {
+  auto x = torch::ones({3}, torch::requires_grad());
+  EXPECT_EQ(error_of([&] { TooFew::apply(x, x).sum().backward(); }),
+            "function " + node_name("TooFew") + " returned an incorrect number of gradients (expected 2, got 1)");
+  EXPECT_EQ(error_of([&] { GradForDouble::apply(x, 2.0).sum().backward(); }),
+            "function " + node_name("GradForDouble") +
+                " returned a gradient different that is defined at position 2, but the corresponding forward input "
+                "was not a Variable");
+  ExtraUndefined::apply(x).sum().backward();  // trailing undefined gradients are dropped
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{1, 1, 1}));
+}
+
+TEST(LibtorchCustomFunction, NothingIsRecordedWithoutGrad) {
+  auto x = torch::ones({2}, torch::requires_grad());
+  {
+    torch::NoGradGuard no_grad;
+    auto y = MulConst::apply(x, 2.0);
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    EXPECT_FALSE(y.requires_grad());
+  }
+  auto z = MulConst::apply(torch::ones({2}), 2.0);
+  EXPECT_EQ(z.grad_fn(), nullptr);
+  EXPECT_FALSE(z.requires_grad());
+  EXPECT_EQ(values(z), (std::vector<double>{2, 2}));
+}
+
+TEST(LibtorchCustomFunction, SavedTensorsAreCheckedAndFreed) {
+  auto a = torch::randn({3}, torch::requires_grad());
+  auto b = torch::randn({3});
+  auto y = MulAddScaled::apply(a, b, int64_t{0});
+  y.sum().backward(torch::Tensor(), /*retain_graph=*/true);
+  y.sum().backward();  // the retained graph runs again, then is freed
+  EXPECT_TRUE(contains(error_of([&] { y.sum().backward(); }), "Trying to backward through the graph a second time"));
+  auto y2 = MulAddScaled::apply(a, b, int64_t{0});
+  b.add_(1);  // changes a tensor saved for backward
+  EXPECT_TRUE(contains(error_of([&] { y2.sum().backward(); }),
+                       "one of the variables needed for gradient computation has been modified by an inplace operation"));
+}
+
+struct OptionalBias : public torch::autograd::Function<OptionalBias> {
+  static Variable forward(AutogradContext* ctx, Variable x, std::optional<Variable> bias) {
+    ctx->saved_data["has_bias"] = bias.has_value();
+    return bias ? x + *bias : x * 1;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {g[0], ctx->saved_data["has_bias"].toBool() ? g[0] : Variable()};
+  }
+};
+
+TEST(LibtorchCustomFunction, OptionalTensorArguments) {
+  auto x = torch::ones({2}, torch::requires_grad());
+  auto bias = torch::ones({2}, torch::requires_grad());
+  OptionalBias::apply(x, std::optional<Variable>(bias)).sum().backward();
+  EXPECT_EQ(values(bias.grad()), (std::vector<double>{1, 1}));
+  OptionalBias::apply(x, std::optional<Variable>()).sum().backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{2, 2}));
+}
+
+TEST(LibtorchCustomFunction, SavedDataHoldsLibtorchsValueKinds) {
+  AutogradContext ctx;
+  ctx.saved_data["d"] = 2.5;
+  ctx.saved_data["i"] = 7;
+  ctx.saved_data["n"] = size_t{9};
+  ctx.saved_data["b"] = true;
+  ctx.saved_data["s"] = "mode";
+  ctx.saved_data["t"] = torch::ones({2});
+  ctx.saved_data["sizes"] = torch::ones({2, 3}).sizes();
+  EXPECT_EQ(ctx.saved_data["d"].toDouble(), 2.5);
+  EXPECT_EQ(ctx.saved_data["i"].toInt(), 7);
+  EXPECT_EQ(ctx.saved_data["n"].toInt(), 9);
+  EXPECT_TRUE(ctx.saved_data["b"].toBool());
+  EXPECT_EQ(ctx.saved_data["s"].toStringRef(), "mode");
+  EXPECT_EQ(ctx.saved_data["t"].toTensor().numel(), 2);
+  EXPECT_EQ(ctx.saved_data["sizes"].toIntVector(), (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(ctx.saved_data["d"].isDouble());
+  EXPECT_FALSE(ctx.saved_data["d"].isInt());
+  EXPECT_EQ(ctx.saved_data["i"].toScalar().to<double>(), 7.0);
+  EXPECT_EQ(error_of([&] { ctx.saved_data["d"].toInt(); }), "[IValue::toInt] expected Int but got Double");
+  EXPECT_EQ(error_of([&] { ctx.saved_data["missing"].toTensor(); }), "[IValue::toTensor] expected Tensor but got None");
 }
 
 // ============================================================ 5. var / std: libtorch's correction overload
