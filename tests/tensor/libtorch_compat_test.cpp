@@ -1,7 +1,7 @@
 // The tensor- and autograd-level pieces of libtorch's API, written as libtorch code writes them (torch
 // renamed troupe): device and options queries, resize_ and random_, InferenceMode, custom autograd
-// Functions, var/std's correction overload, warnings and torch::tensor of a std::vector. Expected values
-// and error texts were probed against Debian's libtorch 1.13.
+// Functions, var/std's correction overload, warnings, torch::tensor of a std::vector, and the opt-in c10
+// helpers. Expected values and error texts were probed against Debian's libtorch 1.13.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include <troupe/tensor/gradcheck.h>
 #include <troupe/tensor/ops.h>
 #include <troupe/tensor/warning.h>
+#include <troupe/util/c10_compat.h>
 
 namespace {
 
@@ -636,6 +637,25 @@ TEST(LibtorchTensorOfVector, DtypesFollowLibtorch) {
   EXPECT_EQ(values(torch::tensor(std::vector<double>{0.5, 1.5})), (std::vector<double>{0.5, 1.5}));
   auto g = torch::tensor(d, torch::dtype(torch::kDouble).requires_grad(true));
   EXPECT_TRUE(g.requires_grad());
+}
+
+// ============================================================ 8. the opt-in c10 helpers
+
+TEST(LibtorchC10, IrangeAndStr) {
+  int64_t sum = 0;
+  for (const auto i : c10::irange(5)) sum += i;
+  EXPECT_EQ(sum, 10);
+  std::vector<size_t> seen;
+  for (const auto i : c10::irange(2, size_t{5})) seen.push_back(i);
+  EXPECT_EQ(seen, (std::vector<size_t>{2, 3, 4}));
+  int count = 0;
+  for (const auto i : c10::irange(-3)) count += 1 + static_cast<int>(i);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(c10::str("got ", 3, " of ", 2.5), "got 3 of 2.5");
+  c10::optional<int64_t> none = c10::nullopt;
+  EXPECT_FALSE(none.has_value());
+  c10::IValue v = 4.0;
+  EXPECT_EQ(v.toDouble(), 4.0);
 }
 
 }  // namespace
