@@ -464,6 +464,34 @@ TEST(LibtorchCustomFunction, ReturningAnInputGivesANewTensorWithHistory) {
   EXPECT_EQ(values(x.grad()), (std::vector<double>{10, 10}));
 }
 
+// Sums a list of tensors (each a tensor argument) and returns a view of the result.
+struct SumListAsRow : public torch::autograd::Function<SumListAsRow> {
+  static Variable forward(AutogradContext* ctx, torch::TensorList xs, int64_t n) {
+    ctx->saved_data["n"] = n;
+    auto total = xs[0].clone();
+    for (size_t i = 1; i < xs.size(); ++i) total += xs[i];
+    return total.view({1, -1});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    variable_list out;
+    auto flat = g[0].view({-1});
+    for (int64_t i = 0; i < ctx->saved_data["n"].toInt(); ++i) out.push_back(flat * static_cast<double>(i + 1));
+    out.push_back(Variable());
+    return out;
+  }
+};
+
+TEST(LibtorchCustomFunction, TensorListArgumentsAndViewOutputs) {
+  auto a = torch::ones({3}, torch::requires_grad());
+  auto b = torch::ones({3}, torch::requires_grad());
+  std::vector<torch::Tensor> xs{a, b};
+  auto y = SumListAsRow::apply(torch::TensorList(xs), int64_t{2});
+  EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{1, 3}));
+  y.sum().backward();
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(values(b.grad()), (std::vector<double>{2, 2, 2}));
+}
+
 struct TooFew : public torch::autograd::Function<TooFew> {
   static Variable forward(AutogradContext*, Variable x, Variable y) { return x * y; }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
