@@ -7,6 +7,8 @@
 #include "tensor/autograd.h"
 #include "tensor/indexing.h"
 #include "tensor/gradcheck.h"
+#include "tensor/custom_function.h"
+#include "tensor/warning.h"
 
 // Layer: nn (Module tree, layers, losses, init, checkpoints)
 #include "nn/nn.h"

@@ -152,7 +152,7 @@ std::vector<double> flat_params(const nn::Module& m) {
 
 // Largest difference between this rank's `v` and rank 0's.
 double diff_to_rank0(const comm::ProcessGroupPtr& pg, const std::vector<double>& v) {
-  Tensor t = tensor(v);
+  Tensor t = tensor(v, kFloat64);
   pg->broadcast(t, 0);
   auto r0 = t.to_vector<double>();
   double d = 0;

@@ -142,7 +142,7 @@ int train(const Config& cfg, launch::Context& ctx) {
       correct += static_cast<double>(eq(argmax(output.detach(), 1), y).sum().item<int64_t>());
     }
     scheduler.step();
-    Tensor stats = tensor(std::vector<double>{loss_sum, seen, correct});
+    Tensor stats = tensor(std::vector<double>{loss_sum, seen, correct}, kFloat64);
     ctx.world->all_reduce(stats);  // over every rank's shard
     auto s = stats.to_vector<double>();
     // Through ddp: its first forward broadcasts rank 0's buffers (BatchNorm's running statistics, which

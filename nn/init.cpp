@@ -2,16 +2,15 @@
 #include <troupe/nn/init.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cmath>
-#include <iostream>
 #include <stdexcept>
 #include <vector>
 
 #include <troupe/nn/module.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/warning.h>
 
 namespace troupe::nn::init {
 
@@ -21,10 +20,6 @@ void check_defined(const Tensor& t, const char* fn) {
   if (!t.defined()) throw std::invalid_argument(std::string("[") + fn + "] got an undefined tensor");
 }
 
-// warnings.warn(msg) with Python's default filter: printed once per call site.
-void warn_once(std::atomic<bool>& flag, const char* msg) {
-  if (!flag.exchange(true)) std::cerr << "UserWarning: " << msg << "\n";
-}
 
 // _calculate_correct_fan: mode is compared in lower case.
 int64_t calculate_correct_fan(const Tensor& tensor, const FanMode& mode) {
@@ -186,8 +181,7 @@ Tensor xavier_normal_(Tensor tensor, double gain) {
 Tensor kaiming_uniform_(Tensor tensor, double a, const FanMode& mode, const Nonlinearity& nonlinearity) {
   check_defined(tensor, "kaiming_uniform_");
   if (has_zero_dim(tensor)) {
-    static std::atomic<bool> warned{false};
-    warn_once(warned, "Initializing zero-element tensors is a no-op");
+    TROUPE_WARN_ONCE("Initializing zero-element tensors is a no-op");  // Python's filter: once per call site
     return tensor;
   }
   const int64_t fan = calculate_correct_fan(tensor, mode);
@@ -200,8 +194,7 @@ Tensor kaiming_uniform_(Tensor tensor, double a, const FanMode& mode, const Nonl
 Tensor kaiming_normal_(Tensor tensor, double a, const FanMode& mode, const Nonlinearity& nonlinearity) {
   check_defined(tensor, "kaiming_normal_");
   if (has_zero_dim(tensor)) {
-    static std::atomic<bool> warned{false};
-    warn_once(warned, "Initializing zero-element tensors is a no-op");
+    TROUPE_WARN_ONCE("Initializing zero-element tensors is a no-op");  // Python's filter: once per call site
     return tensor;
   }
   const int64_t fan = calculate_correct_fan(tensor, mode);

@@ -299,7 +299,7 @@ struct DistributedDataParallel::Reducer {
     require_finalize = false;
     std::vector<int32_t> global_used;
     if (find_unused) {
-      Tensor used = tensor(local_used);
+      Tensor used = tensor(local_used, kInt32);
       if (group->size() > 1) group->all_reduce(used, ReduceOp::SUM);
       global_used = used.to_vector<int32_t>();
     }

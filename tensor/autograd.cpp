@@ -15,6 +15,7 @@ namespace troupe {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+thread_local bool t_inference_mode = false;
 // The FunctionNode whose backward is running on this thread: a SavedVariable of an output that was saved
 // before record() attached the node (the usual order) re-attaches it on unpack.
 thread_local autograd::Node* t_current_node = nullptr;
@@ -27,9 +28,34 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
 EnableGradGuard::EnableGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = prev_; }
 
+InferenceMode::InferenceMode(bool enabled) : prev_inference_(t_inference_mode), prev_grad_(t_grad_enabled) {
+  t_inference_mode = enabled;
+  t_grad_enabled = !enabled;
+}
+InferenceMode::~InferenceMode() {
+  t_inference_mode = prev_inference_;
+  t_grad_enabled = prev_grad_;
+}
+bool InferenceMode::is_enabled() { return t_inference_mode; }
+
 namespace autograd {
 
 bool GradMode::is_enabled() { return t_grad_enabled; }
+
+void throw_backward_twice() {
+  throw std::runtime_error(
+      "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+      "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+      "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
+      "you need to access saved tensors after calling backward.");
+}
+
+void throw_inference_inplace(const char* op) {
+  throw std::runtime_error(std::string("[") + op +
+                           "] Inplace update to inference tensor outside InferenceMode is not allowed.You can make "
+                           "a clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.");
+}
 void GradMode::set_enabled(bool e) { t_grad_enabled = e; }
 
 AutogradMeta& meta(const Tensor& t) {
@@ -140,6 +166,10 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
 
 SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
+  if (t.is_inference() && GradMode::is_enabled() && !InferenceMode::is_enabled())
+    throw std::runtime_error(
+        "Inference tensors cannot be saved for backward. To work around you can make a clone to get a normal tensor "
+        "and use it in autograd.");
   was_defined_ = true;
   is_output_ = is_output;
   version_ = t._version();
@@ -159,11 +189,7 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
 Tensor SavedVariable::unpack(const std::shared_ptr<Node>& owner) const {
   if (!was_defined_) return Tensor();
   if (released_)
-    throw std::runtime_error(
-        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
-        "you need to access saved tensors after calling backward.");
+    throw_backward_twice();
   std::string producer = producer_;
   if (producer.empty() && is_output_ && t_current_node) producer = t_current_node->name();
   if (data_._version() != version_) {
@@ -203,11 +229,7 @@ void SavedVariable::reset() {
 
 variable_list FunctionNode::apply(variable_list&& grads) {
   if (released_)
-    throw std::runtime_error(
-        "Trying to backward through the graph a second time (or directly access saved tensors after they have "
-        "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
-        "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if "
-        "you need to access saved tensors after calling backward.");
+    throw_backward_twice();
   struct Current {
     autograd::Node* prev;
     ~Current() { t_current_node = prev; }
@@ -278,6 +300,7 @@ std::shared_ptr<Node> record(const char* name, const variable_list& inputs, cons
 }
 
 void check_inplace(const Tensor& self, const char* op) {
+  if (self.is_inference() && !InferenceMode::is_enabled()) throw_inference_inplace(op);
   if (!GradMode::is_enabled()) return;
   if (self.is_leaf() && self.requires_grad())
     throw std::runtime_error(std::string("[") + op +
@@ -511,7 +534,8 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
         outputs.resize(n->num_outputs());  // nothing flows: every input gradient is "none"
       } else {
         for (size_t i = 0; i < inputs.size(); ++i)
-          if (!inputs[i].defined() && !dynamic_cast<AccumulateGrad*>(n)) inputs[i] = materialize(n->input_meta[i]);
+          if (!inputs[i].defined() && !dynamic_cast<AccumulateGrad*>(n) && n->materializes_grads())
+            inputs[i] = materialize(n->input_meta[i]);
         for (auto& h : n->pre_hooks) {
           variable_list r = h.fn(inputs);
           if (!r.empty()) {

@@ -37,9 +37,31 @@ class EnableGradGuard {
   bool prev_;
 };
 
+/// torch::InferenceMode: in its scope no graph is recorded (grad mode is off) and every tensor made is an
+/// inference tensor (`t.is_inference()`), which outside the mode cannot be changed in place, require grad
+/// or be saved for backward. `InferenceMode(false)` turns it off (and grad mode on) in a nested scope.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true);
+  ~InferenceMode();
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+  /// True inside an enabled InferenceMode scope on this thread.
+  static bool is_enabled();
+
+ private:
+  bool prev_inference_;
+  bool prev_grad_;
+};
+
 namespace autograd {
 
 using variable_list = std::vector<Tensor>;
+/// libtorch's name for a tensor taking part in autograd.
+using Variable = Tensor;
+
+/// Inference mode is also reachable as autograd::InferenceMode.
+using troupe::InferenceMode;
 
 /// Thread-local switch for graph recording.
 struct GradMode {
@@ -64,6 +86,12 @@ struct InputMeta {
   Device device;
 };
 
+/// PyTorch's error for a backward through freed saved tensors ("Trying to backward through the graph a
+/// second time ...").
+[[noreturn]] void throw_backward_twice();
+/// The error for changing an inference tensor in place outside InferenceMode (`op` names the operation).
+[[noreturn]] void throw_inference_inplace(const char* op);
+
 /// A node of the backward graph: the backward of one forward op. Its inputs are the gradients of the
 /// forward op's outputs; its outputs are the gradients of the forward op's inputs, sent along
 /// next_edges (one per forward input; an invalid edge for an input that needs no gradient).
@@ -77,6 +105,9 @@ struct Node : std::enable_shared_from_this<Node> {
   virtual void release_variables() {}
   /// Drops everything the node captured (saved tensors, closures): used when tearing a graph down.
   virtual void clear_captures() {}
+  /// False when apply wants missing incoming gradients as undefined tensors rather than zeros (a custom
+  /// Function after ctx->set_materialize_grads(false)).
+  virtual bool materializes_grads() const { return true; }
 
   size_t num_inputs() const { return input_meta.size(); }
   size_t num_outputs() const { return next_edges.size(); }

@@ -67,10 +67,12 @@ ScalarType Scalar::dtype() const {
   return kFloat32;
 }
 
+std::ostream& operator<<(std::ostream& os, DeviceType t) { return os << (t == kCPU ? "cpu" : "cuda"); }
+
 Device::Device(const std::string& s) {
-  if (s == "cpu") {
+  if (s == "cpu" || s == "cpu:0") {
     type = kCPU;
-    index = -1;
+    index = s == "cpu" ? -1 : 0;
     return;
   }
   if (s.rfind("cuda", 0) == 0) {

@@ -12,9 +12,21 @@ constexpr DeviceType kCPU = DeviceType::CPU;
 constexpr DeviceType kCUDA = DeviceType::CUDA;
 constexpr int kNumDeviceTypes = 2;
 
-/// A device: `cpu`, or `cuda:N`. Parses PyTorch's strings ("cpu", "cuda", "cuda:1").
+/// "cpu" or "cuda", as libtorch prints a DeviceType.
+std::ostream& operator<<(std::ostream& os, DeviceType t);
+
+/// Device::type: reads as a DeviceType (`d.type == kCPU`) and is also callable, libtorch's `d.type()`.
+struct DeviceTypeField {
+  DeviceType value = DeviceType::CPU;
+  constexpr DeviceTypeField() = default;
+  constexpr DeviceTypeField(DeviceType t) : value(t) {}
+  constexpr operator DeviceType() const { return value; }
+  constexpr DeviceType operator()() const { return value; }
+};
+
+/// A device: `cpu`, or `cuda:N`. Parses PyTorch's strings ("cpu", "cpu:0", "cuda", "cuda:1").
 struct Device {
-  DeviceType type = kCPU;
+  DeviceTypeField type;
   int index = -1;  // -1: the current device of that type
 
   Device() = default;
@@ -24,6 +36,8 @@ struct Device {
 
   bool is_cpu() const { return type == kCPU; }
   bool is_cuda() const { return type == kCUDA; }
+  /// True when an index was given (libtorch's has_index()).
+  bool has_index() const { return index >= 0; }
   bool operator==(const Device& o) const {
     return type == o.type && (type == kCPU || index == o.index || index < 0 || o.index < 0);
   }

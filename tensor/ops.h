@@ -47,7 +47,9 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions opts = {},
                  std::function<void(void*)> deleter = nullptr);
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions opts = {},
                  std::function<void(void*)> deleter = nullptr);
-/// A 1-D tensor copied from `values` (dtype of T unless opts give one).
+/// A 1-D tensor copied from `values`. Without a dtype in opts, libtorch's rule for torch::tensor:
+/// vector<double> and vector<float> give the default dtype, vector<int> and vector<int64_t> int64, the
+/// others (uint8, bool, Half, BFloat16) their own; pass the dtype to keep float64 or int32.
 template <typename T>
 Tensor tensor(const std::vector<T>& values, TensorOptions opts = {});
 /// torch::tensor: a number or a (nested) braced list (detail::TensorDataContainer). Without a dtype in
@@ -169,20 +171,29 @@ Tensor sum(const Tensor& x, std::optional<ScalarType> dtype = std::nullopt);
 Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim = false, std::optional<ScalarType> dtype = std::nullopt);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim = false);
-/// Variance with Bessel's correction `correction` (1 = unbiased).
-Tensor var(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
-Tensor std(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
+/// Variance over `dims` ({}: all), dividing by count - correction (nullopt: 1). As in libtorch, the
+/// correction must be spelled as an optional (`std::optional<int64_t>(2)`): a plain number there picks
+/// the `unbiased` overload below, so var(x, {1}, 2) is var(x, {1}, true).
+Tensor var(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false);
+Tensor std(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false);
 /// (var, mean) in one call.
-std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction,
+                                    bool keepdim = false);
+/// unbiased: correction 1, else 0.
+Tensor var(const Tensor& x, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims = {}, bool unbiased = true, bool keepdim = false);
 // As in libtorch, a bool second argument is `unbiased` over all dims and an int one is a dim: var(x, true)
 // reduces everything, var(x, 1) and var(x, {1}) reduce dim 1 (without these, true would convert to dims {1}).
-inline Tensor var(const Tensor& x, bool unbiased) { return var(x, {}, unbiased ? 1 : 0); }
+inline Tensor var(const Tensor& x, bool unbiased) { return var(x, IntArrayRef{}, unbiased); }
 inline Tensor var(const Tensor& x, int dim) { return var(x, IntArrayRef{static_cast<int64_t>(dim)}); }
 inline Tensor var(const Tensor& x, int64_t dim) { return var(x, IntArrayRef{dim}); }
-inline Tensor std(const Tensor& x, bool unbiased) { return std(x, {}, unbiased ? 1 : 0); }
+inline Tensor std(const Tensor& x, bool unbiased) { return std(x, IntArrayRef{}, unbiased); }
 inline Tensor std(const Tensor& x, int dim) { return std(x, IntArrayRef{static_cast<int64_t>(dim)}); }
 inline Tensor std(const Tensor& x, int64_t dim) { return std(x, IntArrayRef{dim}); }
-inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, bool unbiased) { return var_mean(x, {}, unbiased ? 1 : 0); }
+inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, bool unbiased) {
+  return var_mean(x, IntArrayRef{}, unbiased);
+}
 inline std::tuple<Tensor, Tensor> var_mean(const Tensor& x, int dim) {
   return var_mean(x, IntArrayRef{static_cast<int64_t>(dim)});
 }

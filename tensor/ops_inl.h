@@ -15,6 +15,7 @@ Tensor tensor(const std::vector<T>& values, TensorOptions opts) {
   Tensor t = empty({static_cast<int64_t>(values.size())}, TensorOptions().dtype(dtype_of<Stored>::value));
   Stored* p = static_cast<Stored*>(t.data_ptr());
   for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<Stored>(values[i]);
+  if (!opts.has_dtype()) opts = opts.dtype(detail::literal_dtype(dtype_of<Stored>::value));
   return detail::finish_factory(t, opts);
 }
 

@@ -13,6 +13,7 @@
 
 #include "autograd.h"
 #include "ops.h"
+#include "warning.h"
 
 namespace troupe {
 
@@ -223,6 +224,27 @@ void check_from_to(ScalarType dt, int64_t from, int64_t to, const char* op) {
                                 std::to_string(from) + " >= to=" + std::to_string(to));
   int64_t lo, hi;
   dtype_int_range(dt, lo, hi);
+  if (is_floating_point(dt)) {
+    // PyTorch's check_from_to_in_range: beyond the dtype's finite range is an error; beyond the integers
+    // it holds exactly, 2^digits, only a warning.
+    if (dt == kFloat16) {
+      if (from < -65504 || from > 65504)
+        throw std::invalid_argument(std::string("[") + op + "] from is out of bounds for " + c10_type_name(dt));
+      if (to - 1 < -65504 || to - 1 > 65504)
+        throw std::invalid_argument(std::string("[") + op + "] to - 1 is out of bounds for " + c10_type_name(dt));
+    }
+    int digits = 0;
+    for (int64_t h = hi; h > 1; h >>= 1) ++digits;
+    auto warn_range = [&](int64_t v, const char* name) {
+      if (v < lo || v > hi)
+        TROUPE_WARN(name, " is out of bounds [-(2^", digits, "), 2^", digits, "]. Due to precision limitations ",
+                    c10_type_name(dt), " can support discrete uniform distribution only within this range. This "
+                    "warning will become an error in version 1.7 release, please fix the code in advance");
+    };
+    warn_range(from, "from");
+    warn_range(to - 1, "to - 1");
+    return;
+  }
   if (from < lo || from > hi)
     throw std::invalid_argument(std::string("[") + op + "] from is out of bounds for " + c10_type_name(dt));
   if (to - 1 < lo || to - 1 > hi)
@@ -286,11 +308,20 @@ Tensor& random_impl(Tensor& t, int64_t from, int64_t to, Generator& gen, const c
 }  // namespace
 
 Tensor& random_(Tensor& t, int64_t from, int64_t to, Generator& gen) { return random_impl(t, from, to, gen, "random_"); }
+Tensor& random_(Tensor& t, int64_t to, Generator& gen) { return random_impl(t, 0, to, gen, "random_"); }
+Tensor& random_(Tensor& t, Generator& gen) {
+  autograd::check_inplace(t, "random_");
+  fill_via_cpu(t, [&](const Tensor& c) { cpu::random_full_fill(c, gen); });
+  record_random_inplace("RandomBackward0", t);
+  return t;
+}
 
 Tensor& normal_(Tensor& t, double mean, double std) { return normal_(t, mean, std, default_generator()); }
 Tensor& uniform_(Tensor& t, double from, double to) { return uniform_(t, from, to, default_generator()); }
 Tensor& Tensor::bernoulli_(double p) { return troupe::bernoulli_(*this, p, default_generator()); }
 Tensor& Tensor::random_(int64_t from, int64_t to) { return troupe::random_(*this, from, to, default_generator()); }
+Tensor& Tensor::random_(int64_t to) { return troupe::random_(*this, to, default_generator()); }
+Tensor& Tensor::random_() { return troupe::random_(*this, default_generator()); }
 
 // ============================================================ factories
 

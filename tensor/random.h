@@ -104,6 +104,10 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator& gen);
 Tensor& bernoulli_(Tensor& t, double p, Generator& gen);
 /// Fills with integers uniform on [from, to) (Tensor::random_).
 Tensor& random_(Tensor& t, int64_t from, int64_t to, Generator& gen);
+/// Fills with integers uniform on [0, to) (Tensor::random_(to)).
+Tensor& random_(Tensor& t, int64_t to, Generator& gen);
+/// Fills with integers uniform on [0, 2^digits] for floating dtypes, [0, max] for integer ones (Tensor::random_()).
+Tensor& random_(Tensor& t, Generator& gen);
 
 namespace cpu {
 /// The CPU kernels behind CpuBackend::uniform / CpuBackend::normal, with an explicit generator.
@@ -114,6 +118,9 @@ void normal_fill(const Tensor& out, double mean, double std, Generator& gen);
 /// Integers uniform on [from, to) (PyTorch's random_from_to kernel: `draw % (to - from) + from`, with
 /// 64-bit draws when the range reaches 2^32 for int64/float32/float64/bfloat16). Any dtype.
 void random_fill(const Tensor& out, int64_t from, int64_t to, Generator& gen);
+/// Tensor::random_(): integers on [0, 2^digits] for floating dtypes (24 for float32, 53 for float64, 11 for
+/// float16, 8 for bfloat16), [0, max] for integer ones, {0, 1} for bool (PyTorch's uniform_int). Any dtype.
+void random_full_fill(const Tensor& out, Generator& gen);
 /// 0/1 with probability p of 1 (a 53-bit uniform double < p, as PyTorch's non-MKL kernel). Any dtype.
 void bernoulli_fill(const Tensor& out, double p, Generator& gen);
 /// Lets the float32 normal kernel use its AVX2 code (the default, where the CPU has AVX2 and FMA) or

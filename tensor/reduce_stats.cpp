@@ -153,7 +153,8 @@ Tensor norm_impl(const Tensor& x, double p, const Mask& mask, bool keepdim, cons
 
 // ====================================================================== var / std
 
-Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction_opt, bool keepdim) {
+  const int64_t correction = correction_opt.value_or(1);
   check_var_dtype("var", x);
   Mask mask = dims_mask("var", x, dims);
   Tensor v = std::get<0>(var_mean_impl(x, mask, correction, keepdim));
@@ -166,7 +167,8 @@ Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
   return v;
 }
 
-Tensor std(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+Tensor std(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction_opt, bool keepdim) {
+  const int64_t correction = correction_opt.value_or(1);
   check_var_dtype("std", x);
   Mask mask = dims_mask("std", x, dims);
   Tensor s;
@@ -192,7 +194,9 @@ Tensor std(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
   return s;
 }
 
-std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims, std::optional<int64_t> correction_opt,
+                                    bool keepdim) {
+  const int64_t correction = correction_opt.value_or(1);
   check_var_dtype("var_mean", x);
   Mask mask = dims_mask("var_mean", x, dims);
   auto [v, m] = var_mean_impl(x, mask, correction, keepdim);
@@ -212,6 +216,16 @@ std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims, int64_t c
                      });
   }
   return {v, m};
+}
+
+Tensor var(const Tensor& x, IntArrayRef dims, bool unbiased, bool keepdim) {
+  return var(x, dims, std::optional<int64_t>(unbiased ? 1 : 0), keepdim);
+}
+Tensor std(const Tensor& x, IntArrayRef dims, bool unbiased, bool keepdim) {
+  return std(x, dims, std::optional<int64_t>(unbiased ? 1 : 0), keepdim);
+}
+std::tuple<Tensor, Tensor> var_mean(const Tensor& x, IntArrayRef dims, bool unbiased, bool keepdim) {
+  return var_mean(x, dims, std::optional<int64_t>(unbiased ? 1 : 0), keepdim);
 }
 
 // ====================================================================== norm

@@ -9,16 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "autograd.h"
 #include "backend.h"
 
 namespace troupe {
 
-StorageImpl::StorageImpl(size_t n, Device d) : nbytes(n), device(d) {
+StorageImpl::StorageImpl(size_t n, Device d) : nbytes(n), device(d), inference(autograd::InferenceMode::is_enabled()) {
   data = backend(d.type).allocate(n, d);
 }
 
 StorageImpl::StorageImpl(void* p, size_t n, Device d, std::function<void(void*)> del)
-    : data(p), nbytes(n), device(d), deleter(std::move(del)) {
+    : data(p), nbytes(n), device(d), inference(autograd::InferenceMode::is_enabled()), deleter(std::move(del)) {
   if (!deleter) deleter = [](void*) {};  // borrowed memory: never freed by us
 }
 

@@ -17,6 +17,8 @@ struct StorageImpl {
   size_t nbytes = 0;
   Device device;
   uint32_t version = 0;
+  /// Allocated inside InferenceMode: every tensor on it is an inference tensor.
+  bool inference = false;
   std::function<void(void*)> deleter;  // empty: memory from the device's allocator
 
   StorageImpl(size_t nbytes, Device device);  // allocates

@@ -21,6 +21,28 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
   return st;
 }
 
+std::ostream& operator<<(std::ostream& os, Layout) { return os << "Strided"; }
+
+std::ostream& operator<<(std::ostream& os, const TensorOptions& o) {
+  // The element type as libtorch's TypeMeta names it.
+  auto type_name = [](ScalarType t) {
+    switch (t) {
+      case kBool: return "bool";
+      case kUInt8: return "unsigned char";
+      case kInt32: return "int";
+      case kInt64: return "long int";
+      case kFloat16: return "c10::Half";
+      case kBFloat16: return "c10::BFloat16";
+      case kFloat32: return "float";
+      case kFloat64: return "double";
+    }
+    return "?";
+  };
+  return os << "TensorOptions(dtype=" << type_name(o.dtype()) << (o.has_dtype() ? "" : " (default)")
+            << ", device=" << o.device() << ", layout=" << o.layout()
+            << ", requires_grad=" << (o.requires_grad() ? "true" : "false (default)") << ", pinned_memory=false (default), memory_format=(nullopt))";
+}
+
 TensorImpl::TensorImpl(std::shared_ptr<StorageImpl> s, std::vector<int64_t> sz, std::vector<int64_t> st, int64_t off,
                        ScalarType dt)
     : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), offset(off), dtype(dt) {
@@ -90,6 +112,9 @@ Tensor& Tensor::requires_grad_(bool r) {
           "computed variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().");
     return *this;
   }
+  if (r && is_inference() && !autograd::InferenceMode::is_enabled())
+    throw std::runtime_error(
+        "[requires_grad_] Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.");
   if (r && !is_floating_point())
     throw std::runtime_error(std::string("[requires_grad_] only Tensors of floating point dtype can require "
                                          "gradients, got ") + dtype_name(dtype()));
@@ -146,6 +171,48 @@ void Tensor::set_data(const Tensor& src) const {
   impl_->dtype = s.dtype;
   impl_->view_base = nullptr;  // an alias of src's data, not a view in the autograd sense (as .data =)
   impl_->refresh();
+}
+
+Tensor& Tensor::resize_(IntArrayRef new_sizes) {
+  for (int64_t s : new_sizes)
+    if (s < 0)
+      throw std::invalid_argument("[resize_] Trying to create tensor with negative dimension " + std::to_string(s) +
+                                  ": " + list_str(new_sizes));
+  if (requires_grad()) throw std::runtime_error("[resize_] cannot resize variables that require grad");
+  if (is_inference() && !autograd::InferenceMode::is_enabled()) autograd::throw_inference_inplace("resize_");
+  if (sizes().equals(new_sizes)) return *this;  // strides are kept, as PyTorch's resize_
+  int64_t n = 1;
+  for (int64_t s : new_sizes) n *= s;
+  const size_t needed = n == 0 ? 0 : static_cast<size_t>(impl_->offset + n) * element_size();
+  StorageImpl& st = *impl_->storage;
+  if (needed > st.nbytes) {
+    // Grow the storage itself, keeping its bytes, so every view of it sees the new memory.
+    if (st.deleter)
+      throw std::runtime_error("[resize_] Trying to resize storage that is not resizable (it wraps memory given to "
+                               "from_blob), from " + std::to_string(st.nbytes) + " to " + std::to_string(needed) +
+                               " bytes");
+    auto fresh = std::make_shared<StorageImpl>(needed, st.device);
+    fresh->inference = st.inference;
+    if (st.nbytes > 0) {
+      auto bytes = [](const std::shared_ptr<StorageImpl>& s, size_t nb) {
+        return Tensor(std::make_shared<TensorImpl>(s, std::vector<int64_t>{static_cast<int64_t>(nb)},
+                                                   std::vector<int64_t>{1}, 0, kUInt8));
+      };
+      backend(st.device.type).copy(bytes(fresh, st.nbytes), bytes(impl_->storage, st.nbytes));
+    }
+    std::swap(st.data, fresh->data);
+    std::swap(st.nbytes, fresh->nbytes);  // `fresh` now owns the old block and frees it
+  }
+  impl_->sizes = new_sizes.vec();
+  impl_->strides = contiguous_strides(impl_->sizes);
+  impl_->refresh();
+  return *this;
+}
+
+bool Tensor::is_inference() const { return impl_->storage->inference; }
+
+void Tensor::check_inference_inplace() const {
+  if (!autograd::InferenceMode::is_enabled()) autograd::throw_inference_inplace("inplace");
 }
 
 Tensor& Tensor::detach_() {

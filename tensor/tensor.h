@@ -18,6 +18,12 @@
 
 namespace troupe {
 
+/// How elements are laid out: troupe has only dense strided tensors (libtorch's kStrided).
+enum class Layout : int8_t { Strided };
+constexpr Layout kStrided = Layout::Strided;
+/// "Strided", as libtorch prints it.
+std::ostream& operator<<(std::ostream& os, Layout l);
+
 /// Options for a factory: dtype, device, requires_grad (`TensorOptions().dtype(kFloat64)`).
 class TensorOptions {
  public:
@@ -25,16 +31,26 @@ class TensorOptions {
   TensorOptions(ScalarType d) : dtype_(d) {}
   TensorOptions(Device d) : device_(d) {}
   TensorOptions(DeviceType d) : device_(Device(d)) {}
+  TensorOptions(Layout) {}
 
   TensorOptions dtype(ScalarType d) const { auto o = *this; o.dtype_ = d; return o; }
+  /// libtorch's `dtype<float>()`.
+  template <typename T>
+  TensorOptions dtype() const { return dtype(dtype_of<T>::value); }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions device(DeviceType t, int index) const { return device(Device(t, index)); }
+  /// A CUDA device of this index (libtorch's device_index).
+  TensorOptions device_index(int index) const { return device(Device(kCUDA, index)); }
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  /// Only kStrided exists.
+  TensorOptions layout(Layout) const { return *this; }
 
   /// The dtype, or the default float dtype when none was set.
   ScalarType dtype() const { return dtype_ ? *dtype_ : get_default_dtype(); }
   bool has_dtype() const { return dtype_.has_value(); }
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }
+  Layout layout() const { return kStrided; }
 
  private:
   std::optional<ScalarType> dtype_;
@@ -42,8 +58,15 @@ class TensorOptions {
   bool requires_grad_ = false;
 };
 
+/// libtorch's text: `TensorOptions(dtype=float, device=cpu, layout=Strided, requires_grad=false (default), ...)`.
+std::ostream& operator<<(std::ostream& os, const TensorOptions& o);
+
 inline TensorOptions dtype(ScalarType d) { return TensorOptions().dtype(d); }
+template <typename T>
+inline TensorOptions dtype() { return TensorOptions().dtype<T>(); }
 inline TensorOptions device(Device d) { return TensorOptions().device(d); }
+inline TensorOptions device_index(int index) { return TensorOptions().device_index(index); }
+inline TensorOptions layout(Layout l) { return TensorOptions().layout(l); }
 inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
 
 namespace indexing {
@@ -80,7 +103,9 @@ class Tensor {
   Device device() const { return impl_->device(); }
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
+  /// dtype, device and layout (requires_grad is not part of it, as in libtorch).
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+  Layout layout() const { return kStrided; }
   size_t element_size() const { return troupe::element_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   bool is_contiguous() const { return impl_->contiguous; }
@@ -88,7 +113,10 @@ class Tensor {
   bool is_view() const { return impl_->view_base != nullptr; }
   /// The version counter shared with every view of the same storage.
   uint32_t _version() const { return impl_->storage->version; }
-  void bump_version() const { ++impl_->storage->version; }
+  void bump_version() const {
+    if (impl_->storage->inference) check_inference_inplace();
+    ++impl_->storage->version;
+  }
 
   // ---- data access
   template <typename T>
@@ -117,6 +145,8 @@ class Tensor {
   /// backward(gradient, retain_graph, create_graph, inputs).
   void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
                 bool create_graph = false, const std::vector<Tensor>& inputs = {}) const;
+  /// Made inside an InferenceMode scope (or a view of such a tensor): no autograd outside the mode.
+  bool is_inference() const;
   /// A tensor sharing this one's data, outside the graph.
   Tensor detach() const;
   /// Makes this tensor use `src`'s storage, geometry and dtype, keeping its identity and autograd
@@ -147,10 +177,17 @@ class Tensor {
   Tensor& fill_(Scalar v);
   Tensor& fill_(const Tensor& v);
   Tensor& zero_();
+  /// Makes this tensor contiguous of `sizes`, keeping the elements that fit and growing the storage (the
+  /// new elements are uninitialised); same sizes keep the strides. Refused on a tensor that requires grad.
+  Tensor& resize_(IntArrayRef sizes);
+  Tensor& resize_as_(const Tensor& other) { return resize_(other.sizes()); }
   Tensor& normal_(double mean = 0, double std = 1);
   Tensor& uniform_(double from = 0, double to = 1);
   Tensor& bernoulli_(double p);
+  /// Integers uniform on [from, to), on [0, to), or on [0, 2^mantissa digits] / [0, max] for the dtype.
   Tensor& random_(int64_t from, int64_t to);
+  Tensor& random_(int64_t to);
+  Tensor& random_();
   Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
   Tensor float_() const { return to(kFloat32); }
   Tensor double_() const { return to(kFloat64); }
@@ -265,10 +302,13 @@ class Tensor {
   Tensor var(int dim) const;
   Tensor var(int64_t dim) const;
   Tensor var(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
+  /// Divides by count - correction (nullopt: 1); a plain number as the second argument is `unbiased`.
+  Tensor var(IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false) const;
   Tensor std(bool unbiased = true) const;
   Tensor std(int dim) const;
   Tensor std(int64_t dim) const;
   Tensor std(IntArrayRef dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor std(IntArrayRef dims, std::optional<int64_t> correction, bool keepdim = false) const;
   Tensor prod() const;
   Tensor prod(int64_t d, bool keepdim = false) const;
   Tensor max() const;
@@ -318,6 +358,8 @@ class Tensor {
   std::string str() const;
 
  private:
+  /// Throws for an in-place change of an inference tensor outside InferenceMode.
+  void check_inference_inplace() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 

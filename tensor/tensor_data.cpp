@@ -85,11 +85,7 @@ TensorDataContainer::TensorDataContainer(std::initializer_list<TensorDataContain
   if (first) sizes_.insert(sizes_.end(), first->sizes_.begin(), first->sizes_.end());
 }
 
-ScalarType TensorDataContainer::default_dtype() const {
-  if (scalar_type_ == kInt32 || scalar_type_ == kInt64) return kInt64;
-  if (scalar_type_ == kFloat32 || scalar_type_ == kFloat64) return get_default_dtype();
-  return scalar_type_;
-}
+ScalarType TensorDataContainer::default_dtype() const { return literal_dtype(scalar_type_); }
 
 void TensorDataContainer::fill(void* p, ScalarType dtype, int64_t& offset) const {
   if (is_scalar_) {

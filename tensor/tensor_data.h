@@ -22,6 +22,14 @@
 
 namespace troupe::detail {
 
+/// The dtype torch::tensor gives values written in C++ type `written` (braced lists, std::vector,
+/// ArrayRef alike): int32 and int64 give int64, float32 and float64 the default dtype, others their own.
+inline ScalarType literal_dtype(ScalarType written) {
+  if (written == kInt32 || written == kInt64) return kInt64;
+  if (written == kFloat32 || written == kFloat64) return get_default_dtype();
+  return written;
+}
+
 /// A number or a (nested) braced list of numbers, with its shape and element scalar type.
 class TensorDataContainer {
  public:

@@ -102,14 +102,16 @@ Tensor Tensor::sum(std::optional<ScalarType> d) const { return troupe::sum(*this
 Tensor Tensor::sum(IntArrayRef dims, bool k, std::optional<ScalarType> d) const { return troupe::sum(*this, dims, k, d); }
 Tensor Tensor::mean() const { return troupe::mean(*this); }
 Tensor Tensor::mean(IntArrayRef dims, bool k) const { return troupe::mean(*this, dims, k); }
-Tensor Tensor::var(bool u) const { return troupe::var(*this, {}, u ? 1 : 0, false); }
+Tensor Tensor::var(bool u) const { return troupe::var(*this, IntArrayRef{}, u, false); }
 Tensor Tensor::var(int d) const { return troupe::var(*this, d); }
 Tensor Tensor::var(int64_t d) const { return troupe::var(*this, d); }
-Tensor Tensor::var(IntArrayRef dims, bool u, bool k) const { return troupe::var(*this, dims, u ? 1 : 0, k); }
-Tensor Tensor::std(bool u) const { return troupe::std(*this, {}, u ? 1 : 0, false); }
+Tensor Tensor::var(IntArrayRef dims, bool u, bool k) const { return troupe::var(*this, dims, u, k); }
+Tensor Tensor::var(IntArrayRef dims, std::optional<int64_t> c, bool k) const { return troupe::var(*this, dims, c, k); }
+Tensor Tensor::std(bool u) const { return troupe::std(*this, IntArrayRef{}, u, false); }
 Tensor Tensor::std(int d) const { return troupe::std(*this, d); }
 Tensor Tensor::std(int64_t d) const { return troupe::std(*this, d); }
-Tensor Tensor::std(IntArrayRef dims, bool u, bool k) const { return troupe::std(*this, dims, u ? 1 : 0, k); }
+Tensor Tensor::std(IntArrayRef dims, bool u, bool k) const { return troupe::std(*this, dims, u, k); }
+Tensor Tensor::std(IntArrayRef dims, std::optional<int64_t> c, bool k) const { return troupe::std(*this, dims, c, k); }
 Tensor Tensor::prod() const { return troupe::prod(*this); }
 Tensor Tensor::prod(int64_t d, bool k) const { return troupe::prod(*this, d, k); }
 Tensor Tensor::max() const { return troupe::max(*this); }

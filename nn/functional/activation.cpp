@@ -2,12 +2,11 @@
 // and the legacy implicit softmax dim.
 #include <troupe/nn/functional/activation.h>
 
-#include <atomic>
 #include <functional>
-#include <iostream>
 
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/warning.h>
 
 namespace troupe::nn::functional {
 
@@ -26,10 +25,8 @@ Tensor inplace_unary(const Tensor& input, const std::function<Tensor(const Tenso
 // torch.nn.functional._get_softmax_dim: 0 for 0-, 1- and 3-D inputs, else 1 (with a warning).
 int64_t softmax_dim(const char* name, const Tensor& input, std::optional<int64_t> dim) {
   if (dim) return *dim;
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true))
-    std::cerr << "UserWarning: Implicit dimension choice for " << name
-              << " has been deprecated. Change the call to include dim=X as an argument.\n";
+  TROUPE_WARN_ONCE("Implicit dimension choice for ", name,
+                   " has been deprecated. Change the call to include dim=X as an argument.");
   const int64_t nd = input.dim();
   return (nd == 0 || nd == 1 || nd == 3) ? 0 : 1;
 }

@@ -38,7 +38,7 @@ Tensor layer_norm(const Tensor& input, const LayerNormFuncOptions& options) {
   std::vector<int64_t> dims;
   for (int64_t d = nd - k; d < nd; ++d) dims.push_back(d);
   // (*, normalized) -> mean, var (*, 1...1); y = (x - mean) * rsqrt(var + eps) [* weight] [+ bias]
-  auto [var, mean] = var_mean(input, dims, /*correction=*/0, /*keepdim=*/true);
+  auto [var, mean] = var_mean(input, dims, /*unbiased=*/false, /*keepdim=*/true);
   Tensor y = (input - mean) * rsqrt(var + eps);
   if (weight.defined()) y = y * weight;
   if (bias.defined()) y = y + bias;
@@ -92,7 +92,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   if (training) {
     std::vector<int64_t> dims{0};
     for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-    auto [var, m] = var_mean(input, dims, /*correction=*/0, /*keepdim=*/true);
+    auto [var, m] = var_mean(input, dims, /*unbiased=*/false, /*keepdim=*/true);
     mean = m;
     invstd = rsqrt(var + eps);
     if (running_mean.defined() || running_var.defined()) {

@@ -484,6 +484,31 @@ void random_fill(const Tensor& out, int64_t from, int64_t to, Generator& gen) {
   });
 }
 
+void random_full_fill(const Tensor& out, Generator& gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  dispatch_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    // PyTorch's uniform_int: 64-bit draws for float64 and int64, 32-bit ones otherwise; floating types
+    // take the draw modulo 2^digits + 1, integers modulo max + 1, bool the low bit.
+    constexpr bool wide = std::is_same_v<T, double> || std::is_same_v<T, int64_t>;
+    uint64_t modulus = 0;
+    if constexpr (std::is_same_v<T, float>) modulus = (uint64_t(1) << 24) + 1;
+    else if constexpr (std::is_same_v<T, double>) modulus = (uint64_t(1) << 53) + 1;
+    else if constexpr (std::is_same_v<T, Half>) modulus = (uint64_t(1) << 11) + 1;
+    else if constexpr (std::is_same_v<T, BFloat16>) modulus = (uint64_t(1) << 8) + 1;
+    else if constexpr (std::is_same_v<T, int64_t>) modulus = uint64_t(1) << 63;
+    else if constexpr (std::is_same_v<T, int32_t>) modulus = uint64_t(1) << 31;
+    else if constexpr (std::is_same_v<T, uint8_t>) modulus = 256;
+    fill_in_memory_order<T>(out, [&](T* p, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t v = wide ? gen.random64() : static_cast<uint64_t>(gen.random());
+        if constexpr (std::is_same_v<T, bool>) p[i] = (v & 1) != 0;
+        else p[i] = from_int64<T>(static_cast<int64_t>(v % modulus));
+      }
+    });
+  });
+}
+
 void bernoulli_fill(const Tensor& out, double p, Generator& gen) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   dispatch_all(out.dtype(), [&](auto tag) {

@@ -36,7 +36,7 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 Tensor make(const std::vector<int64_t>& shape, ScalarType dtype, const std::function<double(int64_t)>& f) {
   std::vector<double> v(static_cast<size_t>(numel_of(shape)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = f(static_cast<int64_t>(i));
-  return tensor(v).to(dtype).reshape(shape).contiguous();
+  return tensor(v, kFloat64).to(dtype).reshape(shape).contiguous();
 }
 
 std::vector<double> values(const Tensor& t) { return t.to(kFloat64).contiguous().to_vector<double>(); }

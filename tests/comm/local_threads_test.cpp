@@ -137,7 +137,7 @@ TEST(LocalThreads, RanksComputeCorrectlySideBySide) {
         // A large elementwise op (parallel_for): 2 v over 2^18 elements.
         acc += (full({1 << 18}, v, kFloat64) * 2.0).sum().item<double>();
       }
-      Tensor t = tensor(std::vector<double>{acc});
+      Tensor t = tensor(std::vector<double>{acc}, kFloat64);
       pg->all_reduce(t);
       got[static_cast<size_t>(pg->rank())] = t.item<double>();
     });

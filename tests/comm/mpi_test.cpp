@@ -50,7 +50,7 @@ const std::vector<int64_t> kSizes = {0, 1, 7, 1000, 65537};
 Tensor make_t(int64_t n, ScalarType dtype, const std::function<double(int64_t)>& f) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = f(i);
-  return tensor(v).to(dtype).contiguous();
+  return tensor(v, kFloat64).to(dtype).contiguous();
 }
 
 // Compares every element with want(i); reports the first difference.

@@ -163,7 +163,7 @@ TensorOptions on(int dev, ScalarType dt) { return TensorOptions().dtype(dt).devi
 Tensor make_t(int64_t n, ScalarType dt, int dev, const std::function<double(int64_t)>& f) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = f(i);
-  return tensor(v).to(dt).contiguous().to(Device(kCUDA, dev));
+  return tensor(v, kFloat64).to(dt).contiguous().to(Device(kCUDA, dev));
 }
 
 /// Relative tolerance: exact for integers and moves; the rounding of 16-bit floats for reductions.

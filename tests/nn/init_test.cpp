@@ -6,12 +6,14 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "fixtures.h"
 #include <troupe/nn/init.h>
 #include <troupe/nn/module.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/warning.h>
 
 namespace {
 
@@ -117,6 +119,20 @@ TEST(NnInit, KaimingErrorsAndZeroElementTensors) {
   Tensor after = rand({3});
   manual_seed(9);
   EXPECT_TRUE(equal(after, rand({3})));
+}
+
+TEST(NnInit, ZeroElementWarningGoesToTheWarningHandler) {
+  struct Collect : WarningHandler {
+    std::vector<std::string> msgs;
+    void process(const Warning& w) override { msgs.push_back(w.msg()); }
+  } collect;
+  WarningUtils::WarningHandlerGuard guard(&collect);
+  WarningUtils::set_warnAlways(true);  // TROUPE_WARN_ONCE warns every time
+  init::kaiming_uniform_(empty({0, 4}));
+  init::kaiming_normal_(empty({0, 4}));
+  WarningUtils::set_warnAlways(false);
+  EXPECT_EQ(collect.msgs, (std::vector<std::string>{"Initializing zero-element tensors is a no-op",
+                                                    "Initializing zero-element tensors is a no-op"}));
 }
 
 TEST(NnInit, OrthogonalMatchesPyTorchAndIsOrthogonal) {

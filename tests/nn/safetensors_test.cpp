@@ -46,7 +46,7 @@ nn::StateDict troupe_tensors() {
   sd.insert("half", tensor({1.0f, -2.0f, 0.5f, 65504.0f}).to(kFloat16).reshape({2, 2}));
   sd.insert("bf", tensor({1.0f, -0.5f, 3.0f}).to(kBFloat16));
   sd.insert("steps", scalar_tensor(int64_t{1234567890123}, TensorOptions().dtype(kInt64)));
-  sd.insert("ids", tensor(std::vector<int32_t>{-1, 0, 7, 2147483647}));
+  sd.insert("ids", tensor(std::vector<int32_t>{-1, 0, 7, 2147483647}, kInt32));
   sd.insert("bytes", tensor(std::vector<uint8_t>{0, 1, 2, 128, 254, 255}).reshape({2, 3}));
   sd.insert("mask", tensor({true, false, true, true, false}));
   sd.insert("empty", zeros({0, 3}));

@@ -38,7 +38,7 @@ nn::StateDict every_dtype() {
   sd.insert("f16", tensor({1.0, -2.0, 0.5, 65504.0}).to(kFloat16).reshape({2, 2}));
   sd.insert("bf16", tensor({1.0, -0.5, 3.0}).to(kBFloat16));
   sd.insert("i64", scalar_tensor(int64_t{1234567890123}, TensorOptions().dtype(kInt64)));
-  sd.insert("i32", tensor(std::vector<int32_t>{-1, 0, 7, 2147483647}));
+  sd.insert("i32", tensor(std::vector<int32_t>{-1, 0, 7, 2147483647}, kInt32));
   sd.insert("u8", tensor(std::vector<uint8_t>{0, 1, 2, 128, 254, 255}).reshape({2, 3}));
   sd.insert("mask", tensor({true, false, true, true, false}));
   sd.insert("empty", zeros({0, 3}));

@@ -14,7 +14,7 @@ namespace {
 using namespace troupe;
 using autograd::variable_list;
 
-Tensor leaf(std::vector<double> v) { return tensor(v).requires_grad_(true); }  // float64 leaf
+Tensor leaf(std::vector<double> v) { return tensor(v, kFloat64).requires_grad_(true); }  // float64 leaf
 
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
@@ -74,14 +74,14 @@ TEST(Autograd, NonScalarOutputNeedsAGradient) {
   Tensor x = leaf({1, 2});
   Tensor y = x * 2.0;
   EXPECT_CONTAINS(error_of([&] { y.backward(); }), "grad can be implicitly created only for scalar outputs");
-  y.backward(tensor(std::vector<double>{1.0, 10.0}));
+  y.backward(tensor(std::vector<double>{1.0, 10.0}, kFloat64));
   EXPECT_EQ(vals(x.grad()), (std::vector<double>{2, 20}));
   // a gradient of the wrong shape is refused
   EXPECT_CONTAINS(error_of([&] { (x * 2.0).backward(ones({3}, kFloat64)); }), "Mismatch in shape");
 }
 
 TEST(Autograd, BackwardOnATensorNotRequiringGradThrows) {
-  Tensor x = tensor(std::vector<double>{1, 2});
+  Tensor x = tensor(std::vector<double>{1, 2}, kFloat64);
   EXPECT_CONTAINS(error_of([&] { x.sum().backward(); }), "does not require grad and does not have a grad_fn");
 }
 
@@ -237,7 +237,7 @@ TEST(Autograd, HookOnALeaf) {
   EXPECT_EQ(vals(x.grad()), (std::vector<double>{6, 12}));
   x.remove_hook(observe);
   // hooks on tensors that do not require grad are refused
-  EXPECT_THROW(tensor(std::vector<double>{1}).register_hook([](const Tensor& g) { return g; }), std::runtime_error);
+  EXPECT_THROW(tensor(std::vector<double>{1}, kFloat64).register_hook([](const Tensor& g) { return g; }), std::runtime_error);
 }
 
 TEST(Autograd, PostAccumulateGradHookSeesTheAccumulatedGradInOrder) {
@@ -421,7 +421,7 @@ TEST(Autograd, GradientDtypeFollowsTheLeaf) {
 
   // mixed dtypes in one op: each side gets its own dtype back
   Tensor a = tensor({1.0f, 2.0f}).requires_grad_(true);
-  Tensor b = tensor(std::vector<double>{3.0, 4.0}).requires_grad_(true);
+  Tensor b = tensor(std::vector<double>{3.0, 4.0}, kFloat64).requires_grad_(true);
   (a * b).sum().backward();
   EXPECT_EQ(a.grad().dtype(), kFloat32);
   EXPECT_EQ(b.grad().dtype(), kFloat64);

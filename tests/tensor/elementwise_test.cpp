@@ -208,9 +208,9 @@ TEST(Elementwise, IntegerOps) {
   Tensor dd = x / tensor({2, 2, 2});
   EXPECT_EQ(dd.dtype(), kFloat32);
   EXPECT_EQ(vals(dd), (std::vector<double>{0.5, 1, 3.5}));
-  EXPECT_EQ((tensor(std::vector<int32_t>{1}) / tensor(std::vector<int32_t>{4})).dtype(), kFloat32);
+  EXPECT_EQ((tensor(std::vector<int32_t>{1}, kInt32) / tensor(std::vector<int32_t>{4}, kInt32)).dtype(), kFloat32);
   // mixed integer widths
-  Tensor i32 = tensor(std::vector<int32_t>{1, 2, 3});
+  Tensor i32 = tensor(std::vector<int32_t>{1, 2, 3}, kInt32);
   EXPECT_EQ((i32 + x).dtype(), kInt64);
   EXPECT_EQ((i32 + 1).dtype(), kInt32);  // an int scalar keeps the tensor's dtype
   Tensor u8 = tensor(std::vector<uint8_t>{250, 3});
@@ -239,8 +239,8 @@ TEST(Elementwise, IntegerOps) {
 // ---------------------------------------------------------------- NaN
 
 TEST(Elementwise, NaNPropagates) {
-  Tensor a = tensor(std::vector<double>{kNaN, 1.0, kNaN, -2.0});
-  Tensor b = tensor(std::vector<double>{0.0, kNaN, kNaN, 3.0});
+  Tensor a = tensor(std::vector<double>{kNaN, 1.0, kNaN, -2.0}, kFloat64);
+  Tensor b = tensor(std::vector<double>{0.0, kNaN, kNaN, 3.0}, kFloat64);
   auto mx = vals(maximum(a, b));
   EXPECT_TRUE(std::isnan(mx[0]));
   EXPECT_TRUE(std::isnan(mx[1]));
@@ -279,7 +279,7 @@ TEST(Elementwise, InPlaceResultTypeMustFitTheTensor) {
   };
   check(error_of([&] { i.add_(1.5); }), "float32", "int64", "Float", "Long");
   check(error_of([&] { i.add_(tensor({0.5, 0.5})); }), "float32", "int64", "Float", "Long");
-  check(error_of([&] { i.mul_(tensor(std::vector<double>{2.0, 2.0})); }), "float64", "int64", "Double", "Long");
+  check(error_of([&] { i.mul_(tensor(std::vector<double>{2.0, 2.0}, kFloat64)); }), "float64", "int64", "Double", "Long");
   check(error_of([&] { i.div_(2); }), "float32", "int64", "Float", "Long");
   Tensor b = tensor({true, false});
   check(error_of([&] { b.add_(tensor({1, 1})); }), "int64", "bool", "Long", "Bool");
@@ -291,7 +291,7 @@ TEST(Elementwise, InPlaceResultTypeMustFitTheTensor) {
   i.add_(tensor({true, true}));
   EXPECT_EQ(vals<int64_t>(i), (std::vector<int64_t>{2, 3}));
   Tensor h = tensor({1.0, 2.0}, kFloat16);
-  h.mul_(tensor(std::vector<double>{0.5, 0.5}));  // float64 result cast into float16
+  h.mul_(tensor(std::vector<double>{0.5, 0.5}, kFloat64));  // float64 result cast into float16
   EXPECT_EQ(h.dtype(), kFloat16);
   EXPECT_EQ(vals(h), (std::vector<double>{0.5, 1}));
   // the broadcast shape must be the tensor's own
@@ -357,9 +357,9 @@ TEST(Elementwise, Operators) {
 }
 
 TEST(Elementwise, UnaryValues) {
-  Tensor x = tensor(std::vector<double>{-1.5, -0.5, 0.5, 2.0});
+  Tensor x = tensor(std::vector<double>{-1.5, -0.5, 0.5, 2.0}, kFloat64);
   auto close = [](const Tensor& t, std::vector<double> e) {
-    return tensors_close(t, tensor(e), 1e-12, 1e-12);
+    return tensors_close(t, tensor(e, kFloat64), 1e-12, 1e-12);
   };
   EXPECT_TRUE(close(relu(x), {0, 0, 0.5, 2}));
   EXPECT_TRUE(close(abs(x), {1.5, 0.5, 0.5, 2}));

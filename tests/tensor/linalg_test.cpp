@@ -38,7 +38,7 @@ Tensor ref_mm(const Tensor& a, const Tensor& b) {
       for (int64_t p = 0; p < k; ++p) s += av[i * k + p] * bv[p * m + j];
       out[i * m + j] = s;
     }
-  return tensor(out).view({n, m});
+  return tensor(out, kFloat64).view({n, m});
 }
 
 std::string grad_fn_name(const Tensor& t) {

@@ -35,7 +35,7 @@ void expect_error(F&& f, const std::string& sub) {
   }
 }
 
-Tensor vec_f64(const std::vector<double>& v) { return tensor(v); }
+Tensor vec_f64(const std::vector<double>& v) { return tensor(v, kFloat64); }
 Tensor vec_f32(const std::vector<float>& v) { return tensor(v); }
 
 std::vector<int64_t> shape_of(const Tensor& t) { return t.sizes().vec(); }
@@ -65,7 +65,7 @@ Tensor ref_sum(const Tensor& x, const std::vector<int64_t>& red, bool keepdim) {
       idx[i] = 0;
     }
   }
-  return tensor(out).reshape(os);
+  return tensor(out, kFloat64).reshape(os);
 }
 
 }  // namespace
@@ -178,7 +178,7 @@ TEST(ReduceFixtures, ExtraRecords) {
     EXPECT_TRUE(tensors_close(var(xt, c.dims, 1, c.keep), fx.get("s4_var_" + t), 1e-10, tol, true));
   }
   EXPECT_TRUE(tensors_close(troupe::std(x, {}, 0), fx.get("s4_std_all_c0"), 1e-12, 0, true));
-  EXPECT_TRUE(tensors_close(var(x, {}, 2), fx.get("s4_var_all_c2"), 1e-12, 0, true));
+  EXPECT_TRUE(tensors_close(var(x, {}, std::optional<int64_t>(2)), fx.get("s4_var_all_c2"), 1e-12, 0, true));
   auto [v, m] = var_mean(x, {1, 2}, 0, true);
   EXPECT_TRUE(tensors_close(v, fx.get("s4_varmean_v"), 1e-10, tol, true));
   EXPECT_TRUE(tensors_close(m, fx.get("s4_varmean_m"), tol, tol, true));
@@ -445,13 +445,13 @@ TEST(ReduceVar, KnownVector) {
   EXPECT_DOUBLE_EQ(x.var().item<double>(), 5.0 / 3.0);
   EXPECT_DOUBLE_EQ(x.var(false).item<double>(), 1.25);
   EXPECT_DOUBLE_EQ(x.std().item<double>(), std::sqrt(5.0 / 3.0));
-  EXPECT_DOUBLE_EQ(var(x, {}, 2).item<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(var(x, {}, std::optional<int64_t>(2)).item<double>(), 2.5);
   auto [v, m] = var_mean(x, {0}, 1, true);
   EXPECT_EQ(shape_of(v), std::vector<int64_t>{1});
   EXPECT_DOUBLE_EQ(v.item<double>(), 5.0 / 3.0);
   EXPECT_DOUBLE_EQ(m.item<double>(), 2.5);
   // correction beyond the count: divide by max(0, n - correction) as PyTorch
-  EXPECT_TRUE(std::isinf(var(vec_f64({1, 2, 4}), {0}, 3).item<double>()));
+  EXPECT_TRUE(std::isinf(var(vec_f64({1, 2, 4}), {0}, std::optional<int64_t>(3)).item<double>()));
   EXPECT_TRUE(std::isnan(vec_f64({1}).var().item<double>()));
   EXPECT_TRUE(std::isnan(vec_f64({1}).std().item<double>()));
   // large offset: two passes keep the precision

@@ -142,9 +142,12 @@ TEST(Tensor, TensorFromListsFollowsLibtorchDtypeRules) {
   EXPECT_EQ(tensor({1.5f, 2.0f}).dtype(), kFloat32);
   EXPECT_EQ(tensor({1, 2}).dtype(), kInt64);           // braced integers: int64
   EXPECT_EQ(tensor({true, false}).dtype(), kBool);
-  EXPECT_EQ(tensor(std::vector<double>{1, 2}).dtype(), kFloat64);  // a vector keeps its element type
+  // libtorch's rule (as for braced lists): floating vectors give the default dtype, integer ones int64
+  EXPECT_EQ(tensor(std::vector<double>{1, 2}).dtype(), kFloat32);
+  EXPECT_EQ(tensor(std::vector<double>{1, 2}, kFloat64).dtype(), kFloat64);
   EXPECT_EQ(tensor(std::vector<float>{1, 2}).dtype(), kFloat32);
-  EXPECT_EQ(tensor(std::vector<int32_t>{1, 2}).dtype(), kInt32);
+  EXPECT_EQ(tensor(std::vector<int32_t>{1, 2}).dtype(), kInt64);
+  EXPECT_EQ(tensor(std::vector<int32_t>{1, 2}, kInt32).dtype(), kInt32);
   EXPECT_EQ(tensor(std::vector<int64_t>{1, 2}).dtype(), kInt64);
   EXPECT_EQ(tensor({1, 2}, kFloat16).dtype(), kFloat16);
   EXPECT_EQ(vals(tensor({1, 2}, kFloat16)), (std::vector<double>{1, 2}));
