@@ -39,7 +39,7 @@ int gpus() {
 using Body = std::function<void(const ProcessGroupPtr&, int device)>;
 
 /// One way of laying ranks on GPUs: `ranks` threads, on device rank % GPUs, or all on cuda:0.
-struct Layout {
+struct GpuLayout {
   int ranks;
   bool shared;  // every rank on cuda:0
   std::string str() const { return std::to_string(ranks) + (shared ? " ranks on cuda:0" : " ranks, one per GPU"); }
@@ -51,7 +51,7 @@ GroupOptions test_options(std::chrono::milliseconds timeout = 60s) {
   return o;
 }
 
-void run_layout(const Layout& l, const Body& body, std::chrono::milliseconds timeout = 60s) {
+void run_layout(const GpuLayout& l, const Body& body, std::chrono::milliseconds timeout = 60s) {
   run_local(l.ranks, [&](ProcessGroupPtr boot) {
     int dev = l.shared ? 0 : boot->rank() % gpus();
     auto pg = make_nccl_group(boot, dev, test_options(timeout));
@@ -75,8 +75,8 @@ const std::string& shared_device_refusal() {
 
 /// The layouts every NcclLocal test runs: one rank per GPU; with one GPU, also 2 ranks on cuda:0 when
 /// NCCL allows it.
-std::vector<Layout> layouts() {
-  std::vector<Layout> v = {{gpus(), false}};
+std::vector<GpuLayout> layouts() {
+  std::vector<GpuLayout> v = {{gpus(), false}};
   if (gpus() == 1) {
     if (shared_device_refusal().empty()) {
       v.push_back({2, true});
@@ -91,7 +91,7 @@ std::vector<Layout> layouts() {
 }
 
 void for_layouts(const Body& body) {
-  for (const Layout& l : layouts()) {
+  for (const GpuLayout& l : layouts()) {
     SCOPED_TRACE(l.str());
     run_layout(l, body);
   }
@@ -531,7 +531,7 @@ TEST(NcclLocal, LocalErrors) { NEED_GPU(); for_layouts(check_errors); }
 
 TEST(NcclLocal, TimeoutAbortsAndNamesTheOp) {
   NEED_GPU();
-  Layout l = {gpus(), false};
+  GpuLayout l = {gpus(), false};
   if (l.ranks < 2) {
     if (!shared_device_refusal().empty()) GTEST_SKIP() << "needs 2 ranks (2 GPUs, or NCCL accepting 2 ranks on one)";
     l = {2, true};
