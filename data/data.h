@@ -10,6 +10,7 @@
 #include <troupe/data/dataset.h>
 #include <troupe/data/datasets/base.h>
 #include <troupe/data/datasets/map.h>
+#include <troupe/data/datasets/mnist.h>
 #include <troupe/data/datasets/tensor.h>
 #include <troupe/data/digits.h>
 #include <troupe/data/example.h>

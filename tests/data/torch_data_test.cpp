@@ -135,6 +135,64 @@ TEST(TorchDataDatasets, StackOfTensorExamplesAndCollate) {
   EXPECT_EQ(summed.get_batch({0, 1, 2}).target.item<int64_t>(), 3);
 }
 
+// ---- MNIST (tiny IDX files written here; troupe ships no MNIST)
+
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+/// Writes `n` 28x28 images whose pixels are all `10 * i` and labels `i % 10` under `dir` with `prefix`.
+void write_mnist(const troupe::testing::TempDir& dir, const std::string& prefix, uint32_t n) {
+  std::string images = be32(2051) + be32(n) + be32(28) + be32(28), labels = be32(2049) + be32(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    images += std::string(28 * 28, static_cast<char>(10 * i));
+    labels += static_cast<char>(i % 10);
+  }
+  troupe::testing::write_bytes(dir.file(prefix + "-images-idx3-ubyte"), images);
+  troupe::testing::write_bytes(dir.file(prefix + "-labels-idx1-ubyte"), labels);
+}
+
+TEST(TorchDataMNIST, ReadsIdxFiles) {
+  troupe::testing::TempDir dir;
+  write_mnist(dir, "train", 3);
+  write_mnist(dir, "t10k", 2);
+  data::datasets::MNIST train(dir.path().string());
+  EXPECT_TRUE(train.is_train());
+  EXPECT_EQ(train.size().value(), 3u);
+  EXPECT_EQ(train.images().sizes().vec(), (std::vector<int64_t>{3, 1, 28, 28}));
+  EXPECT_EQ(train.images().dtype(), kFloat32);
+  data::Example<> e = train.get(2);
+  EXPECT_FLOAT_EQ(e.data.max().item<float>(), 20.0f / 255.0f);
+  EXPECT_EQ(e.target.item<int64_t>(), 2);
+  data::datasets::MNIST test(dir.path().string(), data::datasets::MNIST::Mode::kTest);
+  EXPECT_FALSE(test.is_train());
+  EXPECT_EQ(test.size().value(), 2u);
+
+  // the libtorch MNIST pipeline
+  auto loader = data::make_data_loader(
+      std::move(train).map(data::transforms::Normalize<>(0.1307, 0.3081)).map(data::transforms::Stack<>()), 2);
+  int64_t seen = 0;
+  for (auto& batch : *loader) seen += batch.data.size(0);
+  EXPECT_EQ(seen, 3);
+}
+
+TEST(TorchDataMNIST, ErrorsNameTheFile) {
+  troupe::testing::TempDir dir;
+  const std::string images = dir.file("train-images-idx3-ubyte"), labels = dir.file("train-labels-idx1-ubyte");
+  expect_error([&] { data::datasets::MNIST m(dir.path().string()); }, {images, "cannot open"});
+  write_mnist(dir, "train", 2);
+  const std::string good = troupe::testing::read_bytes(images);
+  troupe::testing::write_bytes(images, good.substr(0, good.size() - 1));
+  expect_error([&] { data::datasets::MNIST m(dir.path().string()); }, {images, "2 images of 28x28 need"});
+  troupe::testing::write_bytes(images, good.substr(0, 6));
+  expect_error([&] { data::datasets::MNIST m(dir.path().string()); }, {images, "truncated"});
+  troupe::testing::write_bytes(images, be32(2049) + good.substr(4));
+  expect_error([&] { data::datasets::MNIST m(dir.path().string()); }, {images, "expected the image magic number 2051"});
+  troupe::testing::write_bytes(images, good);
+  troupe::testing::write_bytes(labels, be32(2049) + be32(3) + std::string(3, '\1'));
+  expect_error([&] { data::datasets::MNIST m(dir.path().string()); }, {labels, "3 labels for 2 images"});
+}
+
 // ---- samplers
 
 TEST(TorchDataSamplers, SequentialSampler) {
