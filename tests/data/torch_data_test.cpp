@@ -506,6 +506,30 @@ TEST(TorchDataLoader, ExplicitSamplersAndDistributedShares) {
   EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 0}));
 }
 
+/// Examples that are plain ints: the loader is a template over any batch type (and this loop, with no
+/// tensors, is what was run under ThreadSanitizer).
+struct Ints : data::datasets::Dataset<Ints, int> {
+  int get(size_t i) override { return static_cast<int>(i); }
+  std::optional<size_t> size() const override { return 500; }
+};
+
+TEST(TorchDataLoader, WorkersOverPlainTypesEveryEpochEveryOrdering) {
+  for (bool ordered : {true, false}) {
+    for (size_t workers : {1, 4}) {
+      auto loader = data::make_data_loader<data::samplers::SequentialSampler>(
+          Ints(), data::DataLoaderOptions(7).workers(workers).enforce_ordering(ordered));
+      for (int epoch = 0; epoch < 3; ++epoch) {
+        std::vector<int> seen;
+        for (auto& batch : *loader) seen.insert(seen.end(), batch.begin(), batch.end());
+        if (!ordered) std::sort(seen.begin(), seen.end());
+        std::vector<int> want(500);
+        std::iota(want.begin(), want.end(), 0);
+        EXPECT_EQ(seen, want) << "ordered " << ordered << ", " << workers << " workers, epoch " << epoch;
+      }
+    }
+  }
+}
+
 TEST(TorchDataLoader, PythonLikeDataLoaderRefusesWorkers) {
   auto ds = std::make_shared<data::TensorDataset>(ones({4, 2}), zeros({4}));
   expect_error<std::invalid_argument>([&] { data::DataLoader(ds, data::DataLoaderOptions().workers(2)); },
