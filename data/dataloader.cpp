@@ -17,6 +17,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   if (options_.batch_size() <= 0)
     throw std::invalid_argument("batch_size should be a positive integer value, but got batch_size=" +
                                 std::to_string(options_.batch_size()));
+  if (options_.workers() != 0)
+    throw std::invalid_argument("[DataLoader] workers=" + std::to_string(options_.workers()) +
+                                ": data::DataLoader loads in the calling thread; data::make_data_loader's "
+                                "loaders run worker threads");
   if (options_.shuffle() && dataset_->size() <= 0)
     throw std::invalid_argument("num_samples should be a positive integer value, but got num_samples=" +
                                 std::to_string(dataset_->size()));

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include <troupe/data/dataloader_options.h>
 #include <troupe/data/dataset.h>
 #include <troupe/util/options.h>
 #include <troupe/util/ordered_dict.h>
@@ -26,38 +27,25 @@
 
 namespace troupe::data {
 
-/// DataLoader's options (the torch.utils.data.DataLoader arguments that apply without workers).
-struct DataLoaderOptions {
-  /// Samples per batch; must be positive.
-  TROUPE_ARG(int64_t, batch_size) = 1;
-  /// Draw a new permutation of the samples each epoch (RandomSampler) instead of taking them in order.
-  TROUPE_ARG(bool, shuffle) = false;
-  /// Drop the last batch when it holds fewer than batch_size samples.
-  TROUPE_ARG(bool, drop_last) = false;
-  /// The seed of the loader's generator (torch.Generator().manual_seed(seed)); it orders the samples only
-  /// with shuffle.
-  TROUPE_ARG(uint64_t, seed) = 0;
-};
-
 /// Iterates a Dataset in batches; each begin() starts an epoch.
 class DataLoader {
  public:
-  /// An input iterator over one epoch's batches (Example with data and target stacked along dim 0).
+  /// An input iterator over one epoch's batches (Example<> with data and target stacked along dim 0).
   class Iterator {
    public:
     using iterator_category = std::input_iterator_tag;
-    using value_type = Example;
+    using value_type = Example<>;
     using difference_type = std::ptrdiff_t;
-    using pointer = Example*;
-    using reference = Example&;
+    using pointer = Example<>*;
+    using reference = Example<>&;
 
     /// The end iterator.
     Iterator() = default;
 
     /// The current batch (valid until the next increment).
-    Example& operator*() const { return epoch_->batch; }
+    Example<>& operator*() const { return epoch_->batch; }
     /// The current batch's members: it->data, it->target.
-    Example* operator->() const { return &epoch_->batch; }
+    Example<>* operator->() const { return &epoch_->batch; }
     /// Loads the next batch (or reaches the end).
     Iterator& operator++();
     /// Post-increment, as an input iterator's (returns nothing).
@@ -77,14 +65,15 @@ class DataLoader {
       int64_t position = 0;        // samples consumed so far
       bool exhausted = false;      // the sampler has run dry (its trailing draw is made)
       bool done = false;
-      Example batch;
+      Example<> batch;
     };
     explicit Iterator(std::shared_ptr<Epoch> epoch) : epoch_(std::move(epoch)) {}
     std::shared_ptr<Epoch> epoch_;
   };
 
   /// A loader over `dataset`; throws std::invalid_argument for a null dataset, batch_size <= 0 (PyTorch's
-  /// text), or shuffle over an empty dataset (RandomSampler's num_samples error).
+  /// text), or shuffle over an empty dataset (RandomSampler's num_samples error), and workers > 0 (the
+  /// loaders of make_data_loader run workers).
   explicit DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
 
   /// Starts an epoch: with shuffle, draws its permutation from the loader's generator.

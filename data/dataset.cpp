@@ -30,13 +30,13 @@ int64_t Dataset::wrap_index(int64_t index, int64_t size, const char* fn) {
   return index < 0 ? index + size : index;
 }
 
-Example Dataset::get_batch(const std::vector<int64_t>& indices) const {
+Example<> Dataset::get_batch(const std::vector<int64_t>& indices) const {
   if (indices.empty()) throw std::invalid_argument("[Dataset::get_batch] indices is empty: there is no sample to stack");
   std::vector<Tensor> data, target;
   data.reserve(indices.size());
   target.reserve(indices.size());
   for (int64_t i : indices) {
-    Example e = get(i);
+    Example<> e = get(i);
     data.push_back(std::move(e.data));
     target.push_back(std::move(e.target));
   }
@@ -57,14 +57,14 @@ TensorDataset::TensorDataset(Tensor data, Tensor targets) : data_(std::move(data
                                 shape_str(targets_.sizes()) + ")");
 }
 
-Example TensorDataset::get(int64_t index) const {
+Example<> TensorDataset::get(int64_t index) const {
   const int64_t i = wrap_index(index, size(), "TensorDataset::get");
   return {data_.select(0, i), targets_.select(0, i)};
 }
 
 int64_t TensorDataset::size() const { return data_.size(0); }
 
-Example TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+Example<> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   const int64_t n = size();
   std::vector<int64_t> wrapped(indices.size());
   for (size_t k = 0; k < indices.size(); ++k) wrapped[k] = wrap_index(indices[k], n, "TensorDataset::get_batch");
@@ -82,13 +82,13 @@ Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
   for (auto& i : indices_) i = wrap_index(i, n, "Subset");
 }
 
-Example Subset::get(int64_t index) const {
+Example<> Subset::get(int64_t index) const {
   return dataset_->get(indices_[static_cast<size_t>(wrap_index(index, size(), "Subset::get"))]);
 }
 
 int64_t Subset::size() const { return static_cast<int64_t>(indices_.size()); }
 
-Example Subset::get_batch(const std::vector<int64_t>& indices) const {
+Example<> Subset::get_batch(const std::vector<int64_t>& indices) const {
   std::vector<int64_t> mapped(indices.size());
   const int64_t n = size();
   for (size_t k = 0; k < indices.size(); ++k)

@@ -1,4 +1,4 @@
-// Map-style datasets (torch.utils.data): the Example a dataset yields, the abstract Dataset,
+// Map-style datasets (torch.utils.data, the Python-like front): the abstract Dataset yielding Example<>,
 // TensorDataset, Subset and random_split.
 //
 //   auto ds = std::make_shared<data::TensorDataset>(x, y);            // TensorDataset(x, y)
@@ -12,17 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <troupe/data/example.h>
 #include <troupe/tensor/tensor.h>
 
 namespace troupe::data {
-
-/// One sample, or one batch of samples stacked along a new first dimension (libtorch's Example<>).
-struct Example {
-  /// The input: one sample's tensor, or (B, ...) for a batch.
-  Tensor data;
-  /// The label: 0-dim for a sample of a 1-D targets tensor, (B,) for a batch.
-  Tensor target;
-};
 
 /// A map-style dataset (torch.utils.data.Dataset with __getitem__ and __len__).
 class Dataset {
@@ -30,12 +23,12 @@ class Dataset {
   virtual ~Dataset() = default;
 
   /// The sample at `index` (dataset[index]); an index outside [-size(), size()) throws std::out_of_range.
-  virtual Example get(int64_t index) const = 0;
+  virtual Example<> get(int64_t index) const = 0;
   /// The number of samples (len(dataset)).
   virtual int64_t size() const = 0;
   /// The samples at `indices` stacked along a new dimension 0 (default_collate of [get(i) for i in
   /// indices]); subclasses holding whole tensors override it with one gather. Empty `indices` throws.
-  virtual Example get_batch(const std::vector<int64_t>& indices) const;
+  virtual Example<> get_batch(const std::vector<int64_t>& indices) const;
 
  protected:
   /// `index` wrapped into [0, size) as Python indexing does; throws std::out_of_range naming `fn`
@@ -50,11 +43,11 @@ class TensorDataset : public Dataset {
   TensorDataset(Tensor data, Tensor targets);
 
   /// (data[index], targets[index]): views into the tensors, as tensor[index] in PyTorch.
-  Example get(int64_t index) const override;
+  Example<> get(int64_t index) const override;
   /// data.size(0).
   int64_t size() const override;
   /// data.index_select(0, indices) and targets.index_select(0, indices): one copy each.
-  Example get_batch(const std::vector<int64_t>& indices) const override;
+  Example<> get_batch(const std::vector<int64_t>& indices) const override;
 
   /// The whole data tensor (tensors[0]).
   const Tensor& data() const { return data_; }
@@ -73,11 +66,11 @@ class Subset : public Dataset {
   Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices);
 
   /// dataset[indices[index]].
-  Example get(int64_t index) const override;
+  Example<> get(int64_t index) const override;
   /// The number of indices.
   int64_t size() const override;
   /// dataset.get_batch([indices[i] for i in batch]).
-  Example get_batch(const std::vector<int64_t>& indices) const override;
+  Example<> get_batch(const std::vector<int64_t>& indices) const override;
 
   /// The whole dataset (Subset.dataset).
   const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }

@@ -1,6 +1,7 @@
 // troupe::nn umbrella: the Module tree, containers, layers, losses, their options, functional, init, checkpoints.
 #pragma once
 
+#include <troupe/nn/archive.h>
 #include <troupe/nn/cloneable.h>
 #include <troupe/nn/functional.h>
 #include <troupe/nn/init.h>

@@ -16,3 +16,5 @@
 #include <troupe/optim/lr_scheduler.h>
 #include <troupe/optim/swa_utils.h>
 #include <troupe/optim/swalr.h>
+
+#include <troupe/optim/serialize.h>

@@ -71,7 +71,7 @@ std::vector<int64_t> run_epoch(data::DataLoader& loader, std::vector<int64_t>* s
 struct Squares : data::Dataset {
   int64_t n;
   explicit Squares(int64_t n_) : n(n_) {}
-  data::Example get(int64_t index) const override {
+  data::Example<> get(int64_t index) const override {
     const int64_t i = wrap_index(index, n, "Squares::get");
     return {full({3}, static_cast<double>(i), TensorOptions().dtype(kFloat32)),
             scalar_tensor(i * 10, TensorOptions().dtype(kInt64))};
@@ -84,7 +84,7 @@ struct Squares : data::Dataset {
 TEST(DataTensorDataset, GetIndexesAlongTheFirstDimension) {
   data::TensorDataset ds(arange(12, TensorOptions().dtype(kFloat32)).reshape({4, 3}), tensor({5, 6, 7, 8}));
   EXPECT_EQ(ds.size(), 4);
-  data::Example e = ds.get(2);
+  data::Example<> e = ds.get(2);
   EXPECT_EQ(ints_of(e.data), (std::vector<int64_t>{6, 7, 8}));
   EXPECT_EQ(e.target.dim(), 0);
   EXPECT_EQ(e.target.item<int64_t>(), 7);
@@ -97,7 +97,7 @@ TEST(DataTensorDataset, GetIndexesAlongTheFirstDimension) {
 
 TEST(DataTensorDataset, GetBatchGathersInTheGivenOrder) {
   data::TensorDataset ds(arange(12, TensorOptions().dtype(kFloat32)).reshape({4, 3}), tensor({5, 6, 7, 8}));
-  data::Example b = ds.get_batch({3, 0, -2});
+  data::Example<> b = ds.get_batch({3, 0, -2});
   EXPECT_EQ(b.data.sizes().vec(), (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(ints_of(b.data), (std::vector<int64_t>{9, 10, 11, 0, 1, 2, 6, 7, 8}));
   EXPECT_EQ(ints_of(b.target), (std::vector<int64_t>{8, 5, 7}));
@@ -121,7 +121,7 @@ TEST(DataTensorDataset, Errors) {
 
 TEST(DataDataset, DefaultGetBatchStacksSamples) {
   Squares ds(5);
-  data::Example b = ds.get_batch({4, 1});
+  data::Example<> b = ds.get_batch({4, 1});
   EXPECT_EQ(b.data.sizes().vec(), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(ints_of(b.data), (std::vector<int64_t>{4, 4, 4, 1, 1, 1}));
   EXPECT_EQ(ints_of(b.target), (std::vector<int64_t>{40, 10}));
@@ -376,7 +376,7 @@ TEST(Digits, HasTheImagesAndLabelsOfScikitLearn) {
   const auto idx = fx().ints("digits_sum_index"), sums = fx().ints("digits_pixel_sums"),
              labels = fx().ints("digits_labels_of");
   for (size_t k = 0; k < idx.size(); ++k) {
-    data::Example e = d->get(idx[k]);
+    data::Example<> e = d->get(idx[k]);
     EXPECT_EQ(e.data.sizes().vec(), (std::vector<int64_t>{1, 8, 8}));
     EXPECT_EQ((e.data * 16.0).sum().item<float>(), static_cast<float>(sums[k])) << "image " << idx[k];
     EXPECT_EQ(e.target.item<int64_t>(), labels[k]) << "image " << idx[k];

@@ -368,7 +368,7 @@ TEST(UpdateBn, MatchesPyTorchForEveryBatchType) {
     expect_updated(*model, "lists");
   }
   {
-    std::vector<data::Example> loader;
+    std::vector<data::Example<>> loader;
     for (int i = 0; i < 3; ++i) loader.push_back({xs[i], ys[i]});
     auto model = make_bn_model();
     swa_utils::update_bn(loader, *model);
