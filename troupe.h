@@ -20,9 +20,6 @@
 // Layers: comm (process groups; local, mpi, nccl backends), parallel (DDP, ZeRO, FSDP), launch
 #include "comm/comm.h"
 #include "parallel/parallel.h"
-#include "rl/cartpole.h"
-#include "rl/env.h"
-#include "rl/multistep.h"
-#include "rl/tensordict.h"
+#include "rl/rl.h"
 #include "launch/launch.h"
 // #include "actors/actors.h"

@@ -1,0 +1,168 @@
+// SyncDataCollector, QValuePolicy, EGreedy (rl/collector.h).
+#include <troupe/rl/collector.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <troupe/tensor/autograd.h>
+#include <troupe/tensor/ops.h>
+#include <troupe/tensor/random.h>
+
+namespace troupe::rl {
+
+Policy QValuePolicy(nn::ModulePtr net) {
+  if (!net) throw std::invalid_argument("[QValuePolicy] no network");
+  return [net](TensorDict td) {
+    NoGradGuard no_grad;
+    Tensor q = (*net)(td.get("observation"));
+    td.set("action_value", q);
+    td.set("action", q.argmax(-1));
+    return td;
+  };
+}
+
+struct EGreedy::State {
+  Policy policy;
+  std::shared_ptr<EnvBase> env;
+  double eps_init, eps_end;
+  int64_t annealing, steps = 0;
+  Generator gen;
+};
+
+EGreedy::EGreedy(Policy policy, std::shared_ptr<EnvBase> env, double eps_init, double eps_end,
+                 int64_t annealing_num_steps, uint64_t seed)
+    : state_(std::make_shared<State>(State{std::move(policy), std::move(env), eps_init, eps_end,
+                                           annealing_num_steps, 0, Generator(seed)})) {
+  if (!state_->policy || !state_->env) throw std::invalid_argument("[EGreedy] a policy and an environment are needed");
+  if (eps_init < 0 || eps_init > 1 || eps_end < 0 || eps_end > 1)
+    throw std::invalid_argument("[EGreedy] eps_init and eps_end must be in [0, 1], got " + std::to_string(eps_init) +
+                                " and " + std::to_string(eps_end));
+  if (annealing_num_steps <= 0)
+    throw std::invalid_argument("[EGreedy] annealing_num_steps must be positive, got " + std::to_string(annealing_num_steps));
+}
+
+double EGreedy::eps() const {
+  const double f = std::min(1.0, static_cast<double>(state_->steps) / static_cast<double>(state_->annealing));
+  return state_->eps_init + (state_->eps_end - state_->eps_init) * f;
+}
+
+void EGreedy::step(int64_t frames) { state_->steps += frames; }
+
+TensorDict EGreedy::operator()(TensorDict td) {
+  td = state_->policy(std::move(td));
+  Tensor greedy = td.get("action");
+  Tensor random = state_->env->rand_action().to(greedy.dtype()).reshape(greedy.sizes().vec());
+  const int64_t n = greedy.size(0);
+  Tensor explore = empty({n}, TensorOptions().dtype(kBool));
+  bool* e = explore.data_ptr<bool>();
+  const double p = eps();
+  for (int64_t i = 0; i < n; ++i) e[i] = static_cast<double>(state_->gen.random64() >> 11) * 0x1.0p-53 < p;
+  std::vector<int64_t> shape(static_cast<size_t>(greedy.dim()), 1);
+  shape[0] = n;
+  td.set("action", where(explore.reshape(shape), random, greedy));
+  return td;
+}
+
+// ------------------------------------------------------------------------------- SyncDataCollector
+
+SyncDataCollector::SyncDataCollector(std::shared_ptr<EnvBase> env, Policy policy, SyncDataCollectorOptions options,
+                                     std::function<TensorDict(TensorDict)> postproc)
+    : env_(std::move(env)), policy_(std::move(policy)), options_(options), postproc_(std::move(postproc)) {
+  if (!env_) throw std::invalid_argument("[SyncDataCollector] no environment");
+  if (!policy_) throw std::invalid_argument("[SyncDataCollector] no policy");
+  if (env_->batch_size().size() != 1)
+    throw std::invalid_argument("[SyncDataCollector] the environment must have one batch dim (its copies)");
+  if (options_.frames_per_batch() <= 0)
+    throw std::invalid_argument("[SyncDataCollector] frames_per_batch must be positive, got " +
+                                std::to_string(options_.frames_per_batch()));
+  num_envs_ = env_->batch_size()[0];
+  T_ = (options_.frames_per_batch() + num_envs_ - 1) / num_envs_;
+  max_batches_ = options_.total_frames() < 0
+                     ? -1
+                     : (options_.total_frames() + options_.frames_per_batch() - 1) / options_.frames_per_batch();
+  running_return_.assign(static_cast<size_t>(num_envs_), 0.0);
+}
+
+void SyncDataCollector::update_policy_weights_(Policy policy) {
+  if (!policy) throw std::invalid_argument("[SyncDataCollector.update_policy_weights_] no policy");
+  policy_ = std::move(policy);
+  ++version_;
+}
+void SyncDataCollector::update_policy_weights_() { ++version_; }
+
+std::vector<double> SyncDataCollector::take_episode_returns() {
+  std::vector<double> out;
+  out.swap(finished_returns_);
+  return out;
+}
+
+std::optional<TensorDict> SyncDataCollector::next() {
+  if (max_batches_ >= 0 && batches_ >= max_batches_) return std::nullopt;
+  const int64_t N = num_envs_;
+  if (!root_ || options_.reset_at_each_iter()) {
+    root_ = env_->reset();
+    traj_ids_ = arange(N, kInt64) + next_traj_;
+    next_traj_ += N;
+    traj_steps_ = zeros({N}, kInt64);
+    std::fill(running_return_.begin(), running_return_.end(), 0.0);
+  }
+  std::vector<TensorDict> frames;
+  frames.reserve(static_cast<size_t>(T_));
+  for (int64_t t = 0; t < T_; ++t) {
+    TensorDict td = *root_;
+    td.set("collector.traj_ids", traj_ids_.clone());
+    if (frames_ < options_.init_random_frames()) {
+      // the policy still runs, so that every frame has its keys (action_value, ...), then the action
+      // is replaced by a random one
+      if (random_frames_keep_keys_) td = policy_(std::move(td));
+      td.set("action", env_->rand_action());
+    } else {
+      td = policy_(std::move(td));
+    }
+    TensorDict full = env_->step(td);
+    traj_steps_.add_(1);
+    if (options_.max_frames_per_traj() > 0) {
+      Tensor hit = traj_steps_.ge(options_.max_frames_per_traj()).reshape(full.get("next.done").sizes().vec());
+      full.set("next.truncated", logical_or(full.get("next.truncated"), hit));
+      full.set("next.done", logical_or(full.get("next.done"), hit));
+    }
+    frames_ += N;
+    // episode returns, for progress reports
+    Tensor rew = full.get("next.reward").to(kFloat64).contiguous().reshape({N});
+    Tensor done = full.get("next.done").to(kBool).contiguous().reshape({N});
+    const double* r = rew.data_ptr<double>();
+    const bool* d = done.data_ptr<bool>();
+    bool any_done = false;
+    for (int64_t i = 0; i < N; ++i) {
+      running_return_[static_cast<size_t>(i)] += r[i];
+      if (d[i]) {
+        finished_returns_.push_back(running_return_[static_cast<size_t>(i)]);
+        running_return_[static_cast<size_t>(i)] = 0;
+        any_done = true;
+      }
+    }
+    frames.push_back(full);
+    TensorDict root = step_mdp(full);
+    if (any_done) {
+      TensorDict request = root;
+      request.set("_reset", done.reshape(full.get("next.done").sizes().vec()));
+      root.update(env_->reset(request));
+      int64_t* ids = traj_ids_.data_ptr<int64_t>();
+      int64_t* steps = traj_steps_.data_ptr<int64_t>();
+      for (int64_t i = 0; i < N; ++i)
+        if (d[i]) {
+          ids[i] = next_traj_++;
+          steps[i] = 0;
+        }
+    }
+    root_ = std::move(root);
+  }
+  TensorDict batch = TensorDict::stack(frames, 1);
+  batch.set("collector.policy_version", full({N, T_}, version_, TensorOptions().dtype(kInt64)));
+  ++batches_;
+  if (postproc_) batch = postproc_(batch);
+  return batch;
+}
+
+}  // namespace troupe::rl

@@ -1,0 +1,115 @@
+// SyncDataCollector against semantics.md section 4: batch shape, traj_ids, frame counts, random frames,
+// truncation, policy versions, postproc; QValuePolicy and EGreedy.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include <troupe/nn/nn.h>
+#include <troupe/rl/cartpole.h>
+#include <troupe/rl/collector.h>
+#include <troupe/rl/multistep.h>
+#include <troupe/tensor/ops.h>
+
+using namespace troupe;
+using rl::TensorDict;
+
+namespace {
+std::vector<int64_t> ints(const Tensor& t) {
+  Tensor c = t.to(kInt64).contiguous().reshape({-1});
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+rl::Policy always(int64_t a) {
+  return [a](TensorDict td) {
+    td.set("action", full({td.batch_size()[0]}, a, TensorOptions().dtype(kInt64)));
+    return td;
+  };
+}
+}  // namespace
+
+TEST(SyncDataCollector, BatchShapeCountsAndTrajIds) {
+  auto env = std::make_shared<rl::CartPoleEnv>(4);
+  env->set_seed(0);
+  // always pushing right: every episode ends within a few dozen steps
+  rl::SyncDataCollector c(env, always(1), rl::SyncDataCollectorOptions().frames_per_batch(30).total_frames(250));
+  int n = 0;
+  std::set<int64_t> ids_seen;
+  int64_t last_max = -1;
+  while (auto batch = c.next()) {
+    ++n;
+    EXPECT_EQ(batch->batch_size(), (std::vector<int64_t>{4, 8}));  // T = ceil(30 / 4)
+    auto ids = ints(batch->get("collector.traj_ids"));
+    auto done = ints(batch->get("next.done"));
+    for (int64_t e = 0; e < 4; ++e)
+      for (int64_t t = 0; t + 1 < 8; ++t) {
+        const int64_t a = ids[e * 8 + t], b = ids[e * 8 + t + 1];
+        if (done[e * 8 + t]) EXPECT_GT(b, last_max) << "a fresh id after a done";
+        else EXPECT_EQ(a, b);
+      }
+    for (int64_t id : ids) ids_seen.insert(id);
+    last_max = *std::max_element(ids.begin(), ids.end());
+  }
+  EXPECT_EQ(n, 9);  // ceil(250 / 30)
+  EXPECT_EQ(c.frames(), 9 * 32);
+  // an id never belongs to two copies
+  // (ids are handed out from one counter: the number seen equals initial + resets)
+  EXPECT_GE(ids_seen.size(), 4u + 1u);
+  EXPECT_FALSE(c.take_episode_returns().empty());
+}
+
+TEST(SyncDataCollector, RandomFramesTruncationVersionsPostproc) {
+  auto env = std::make_shared<rl::CartPoleEnv>(2);
+  int policy_calls = 0;
+  rl::Policy counting = [&](TensorDict td) {
+    ++policy_calls;
+    td.set("action", zeros({td.batch_size()[0]}, kInt64).add_(static_cast<int64_t>(policy_calls % 2)));
+    return td;
+  };
+  rl::SyncDataCollector c(env, counting,
+                          rl::SyncDataCollectorOptions().frames_per_batch(10).total_frames(-1).init_random_frames(20).max_frames_per_traj(3),
+                          rl::MultiStep(0.9, 2));
+  auto b1 = c.next();
+  auto b2 = c.next();
+  // 20 random frames: two batches of 10, whose actions are random (the policy runs only for its keys)
+  EXPECT_EQ(policy_calls, 10);
+  c.update_policy_weights_();
+  auto b3 = c.next();
+  EXPECT_EQ(policy_calls, 15);
+  EXPECT_EQ(ints(b2->get("collector.policy_version")), std::vector<int64_t>(10, 0));
+  EXPECT_EQ(ints(b3->get("collector.policy_version")), std::vector<int64_t>(10, 1));
+  // max_frames_per_traj = 3: every third step of a copy is truncated (nothing terminates that fast)
+  auto trunc = ints(b1->get("next.truncated"));
+  EXPECT_EQ(trunc, (std::vector<int64_t>{0, 0, 1, 0, 0, 0, 0, 1, 0, 0}));
+  // postproc ran: MultiStep's keys are there
+  EXPECT_TRUE(b3->contains("steps_to_next_obs"));
+  EXPECT_TRUE(b3->contains("next.original_reward"));
+}
+
+TEST(Policies, QValueAndEGreedy) {
+  auto net = std::make_shared<nn::LinearImpl>(4, 2);
+  {
+    NoGradGuard g;
+    net->weight.copy_(tensor({1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0}).reshape({2, 4}));
+    net->bias.zero_();
+  }
+  TensorDict td({3});
+  td.set("observation", tensor({1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0}).reshape({3, 4}).to(kFloat32));
+  TensorDict out = rl::QValuePolicy(net)(td);
+  EXPECT_EQ(ints(out.get("action")), (std::vector<int64_t>{0, 1, 0}));
+  auto env = std::make_shared<rl::CartPoleEnv>(1000);
+  rl::EGreedy greedy(rl::QValuePolicy(net), env, 1.0, 0.1, 100, 7);
+  EXPECT_DOUBLE_EQ(greedy.eps(), 1.0);
+  greedy.step(50);
+  EXPECT_NEAR(greedy.eps(), 0.55, 1e-12);
+  greedy.step(500);
+  EXPECT_NEAR(greedy.eps(), 0.1, 1e-12);
+  // eps 0.1: about 5% of actions differ from the greedy one (half the random ones agree by chance)
+  TensorDict many({1000});
+  many.set("observation", ones({1000, 4}));
+  auto acts = ints(greedy(many).get("action"));
+  int differ = 0;
+  for (int64_t a : acts) differ += a != 0;
+  EXPECT_GT(differ, 20);
+  EXPECT_LT(differ, 90);
+}
