@@ -1,0 +1,79 @@
+// Private (includes CAF): the two message types every actor exchanges (Call, Reply), the Values they
+// carry (Payload: one blob on the wire, see wire.h) and ActorRef's implementation. Only actors/*.cpp
+// include it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include <troupe/actors/value.h>
+
+namespace troupe::actors::detail {
+
+using tr_tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
+using tr_mon_atom = caf::atom_constant<caf::atom("tr_mon")>;
+
+/// What an ActorRef holds.
+struct RefImpl {
+  caf::actor handle;
+  std::string name;
+  int rank = -1;
+};
+/// An ActorRef on `h`.
+ActorRef make_ref(caf::actor h, std::string name, int rank);
+
+/// Values of a message. In one process they pass as they are (tensors by handle); across processes as
+/// one blob (wire.h) plus the list of actor handles its ActorRefs use, which CAF serialises itself.
+struct Payload {
+  List values;
+  /// Set by the decoder when the blob was malformed (the receiver reports it instead of running).
+  std::string decode_error;
+};
+
+/// A request (id > 0: the sender waits for a Reply with this id) or a one-way message (id 0).
+struct Call {
+  uint64_t id = 0;
+  std::string method;
+  Payload args;
+};
+
+/// The answer to a Call: ok with one value, or an error text.
+struct Reply {
+  uint64_t id = 0;
+  bool ok = true;
+  std::string error;
+  Payload result;
+};
+
+/// Encodes x into the serializer (payload.cpp).
+caf::error save_payload(caf::serializer& f, Payload& x);
+/// Decodes x from the deserializer, checking the blob's claimed size against the bytes that remain.
+caf::error load_payload(caf::deserializer& f, Payload& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Payload& x) {
+  if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
+    return save_payload(f, x);
+  } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
+    return load_payload(f, x);
+  } else {
+    std::string summary = "<" + std::to_string(x.values.size()) + " values>";
+    return f(summary);
+  }
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Call& x) {
+  return f(caf::meta::type_name("troupe_call"), x.id, x.method, x.args);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Reply& x) {
+  return f(caf::meta::type_name("troupe_reply"), x.id, x.ok, x.error, x.result);
+}
+
+}  // namespace troupe::actors::detail
