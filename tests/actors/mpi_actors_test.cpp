@@ -1,0 +1,166 @@
+// The actor runtime across processes (ctest actors_mpi_np2 / np3 run these under mpirun): every wire type
+// crosses a real connection, errors and dead actors reach the caller, ActorRefs travel between ranks.
+// Skipped without mpirun. Every rank runs every test, in the same order (start-up is collective).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include <troupe/tensor/ops.h>
+
+#include "actors_helpers.h"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::actors::testing;
+
+namespace {
+
+bool g_inited = false;
+
+launch::Context& mpi_context() {
+  static launch::Context ctx = [] {
+    g_inited = true;
+    register_test_actors();
+    int argc = 1;
+    std::string a0 = "actors_tests";
+    char* args[] = {a0.data(), nullptr};
+    char** argv = args;
+    return launch::init(argc, argv);
+  }();
+  return ctx;
+}
+
+// launch::finalize before main returns: at exit, statics made after launch::init (tensor caches, ...)
+// are gone before its atexit handler would stop the actor system.
+class FinalizeBeforeExit : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (g_inited) launch::finalize();
+  }
+};
+[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new FinalizeBeforeExit);
+
+#define MPI_ONLY()                                                                 \
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "needs mpirun";        \
+  launch::Context& ctx = mpi_context();                                            \
+  Runtime& rt = ctx.actors();                                                      \
+  (void)rt
+
+}  // namespace
+
+TEST(MpiActors, ConnectedToEveryRank) {
+  MPI_ONLY();
+  EXPECT_TRUE(rt.networked());
+  EXPECT_EQ(rt.size(), ctx.size);
+  for (int r = 0; r < ctx.size; ++r) EXPECT_EQ(rt.service(r).request<int64_t>("ping").get(), r);
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, SpawnOnTheNextRankAndCallFromEveryRank) {
+  MPI_ONLY();
+  const int n = ctx.size;
+  ActorRef mine = rt.spawn_on((ctx.rank + 1) % n, "m" + std::to_string(ctx.rank), "Counter", ctx.rank);
+  EXPECT_EQ(mine.rank(), (ctx.rank + 1) % n);
+  EXPECT_EQ(mine.request<int64_t>("where").get(), (ctx.rank + 1) % n);
+  ctx.world->barrier();
+  // Every rank adds 1 to every counter: each ends at its start + n.
+  for (int r = 0; r < n; ++r) rt.lookup("m" + std::to_string(r)).request<int64_t>("add", 1).get();
+  ctx.world->barrier();
+  int64_t sum = 0;
+  for (int r = 0; r < n; ++r) sum += rt.lookup("m" + std::to_string(r)).request<int64_t>("get").get();
+  EXPECT_EQ(sum, int64_t{n} * (n - 1) / 2 + int64_t{n} * n);
+  auto names = rt.names();
+  EXPECT_EQ(names.size(), static_cast<size_t>(n));
+  ctx.world->barrier();
+  mine.stop();
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, EveryWireTypeCrossesAConnection) {
+  MPI_ONLY();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "echo" + std::to_string(ctx.rank), "Counter", 0);
+  auto round = [&](const Value& v) { return echo.request<Value>("echo", v).get(); };
+  EXPECT_TRUE(round(Value()).is_none());
+  EXPECT_EQ(round(Value(true)).as<bool>(), true);
+  EXPECT_EQ(round(Value(int64_t{-(int64_t{1} << 60)})).as<int64_t>(), -(int64_t{1} << 60));
+  EXPECT_EQ(round(Value(0.1)).as<double>(), 0.1);
+  EXPECT_EQ(round(Value(std::string("a\0b", 3))).as<std::string>(), std::string("a\0b", 3));
+  for (ScalarType dt : {kBool, kByte, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    Tensor t = arange(24, TensorOptions().dtype(kFloat64)).reshape({2, 3, 4}).to(dt);
+    Tensor back = round(Value(t)).as<Tensor>();
+    EXPECT_EQ(back.dtype(), dt);
+    EXPECT_EQ(back.sizes().vec(), t.sizes().vec());
+    EXPECT_TRUE(equal(back, t)) << dtype_name(dt);
+  }
+  Tensor strided = arange(6, TensorOptions().dtype(kFloat64)).reshape({2, 3}).t();
+  EXPECT_TRUE(equal(round(Value(strided)).as<Tensor>(), strided));
+  EXPECT_EQ(round(Value(zeros({0, 3}))).as<Tensor>().sizes().vec(), (std::vector<int64_t>{0, 3}));
+  EXPECT_FALSE(round(Value(Tensor())).as<Tensor>().defined());
+  Tensor big = randn({1024, 1024});  // 4 MB
+  EXPECT_TRUE(equal(round(Value(big)).as<Tensor>(), big));
+  // An ActorRef comes back as the same actor, usable from here.
+  ActorRef back = round(Value(echo)).as<ActorRef>();
+  EXPECT_EQ(back, echo);
+  EXPECT_EQ(back.name(), echo.name());
+  EXPECT_EQ(back.request<int64_t>("where").get(), peer);
+  // Nested lists, and the typed forms built on them.
+  List nested{Value(int64_t{1}), Value(List{Value("x"), Value(ones({2}))}), Value(echo)};
+  List got = round(Value(nested)).as<List>();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].as<List>()[0].as<std::string>(), "x");
+  EXPECT_EQ(got[2].as<ActorRef>(), echo);
+  std::map<std::string, Tensor> sd{{"w", ones({2, 2})}, {"b", zeros({2})}};
+  auto sd_back = from_value<std::map<std::string, Tensor>>(round(to_value(sd)));
+  EXPECT_TRUE(equal(sd_back.at("w"), sd.at("w")));
+  // The reply wire type with an error, and one-way Calls (id 0).
+  std::string e = error_of([&] { echo.request<int64_t>("fail", "remote").get(); });
+  EXPECT_TRUE(contains(e, "counter refused: remote") && contains(e, "rank " + std::to_string(peer))) << e;
+  for (int i = 0; i < 100; ++i) echo.send("append", i);
+  auto seen = echo.request<std::vector<int64_t>>("seen").get();
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
+  ctx.world->barrier();
+  echo.stop();
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, AHandleForwardedToAThirdRankWorks) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    const int last = ctx.size - 1;
+    ActorRef a = rt.spawn_on(1 % ctx.size, "fwd_a", "Counter", 100);
+    ActorRef b = rt.spawn_on(last, "fwd_b", "Counter", 0);
+    EXPECT_EQ(b.request<int64_t>("call_other", a, "add", 7).get(), 107);
+    EXPECT_EQ(a.request<int64_t>("get").get(), 107);
+    a.stop();
+    b.stop();
+  }
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, ARemoteActorThatStopsFailsPendingAndLaterCalls) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    ActorRef c = rt.spawn_on(1, "remote_mortal", "Counter", 0);
+    auto busy = c.request<int64_t>("sleep_ms", 100);
+    c.stop();
+    auto queued = c.request<int64_t>("get");
+    auto t0 = std::chrono::steady_clock::now();
+    std::string e = error_of([&] { queued.get(); });
+    EXPECT_TRUE(contains(e, "'remote_mortal' (rank 1)") && contains(e, "gone")) << e;
+    e = error_of([&] { c.request<int64_t>("get").get(); });
+    EXPECT_TRUE(contains(e, "gone")) << e;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, UnknownFactoryNamesTheRegistryAcrossProcesses) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    std::string e = error_of([&] { rt.spawn_on(ctx.size - 1, "x", "Nope"); });
+    EXPECT_TRUE(contains(e, "no factory 'Nope'") && contains(e, "Counter")) << e;
+  }
+  ctx.world->barrier();
+}
