@@ -110,19 +110,23 @@ class System {
   }
 
   CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
-    std::string what = "request '" + method + "' to actor " + to.str();
-    auto timeout = to.timeout();
-    auto state = want_reply ? std::make_shared<CallState>(what, CallState::Clock::now() + timeout, timeout) : nullptr;
-    if (!to.valid()) throw ActorError("[actors] " + what + ": the ActorRef is empty");
+    // The hot path of one-way messages: no strings built, one uncontended lock.
+    auto what = [&] { return "request '" + method + "' to actor " + to.str(); };
+    if (!to.valid()) throw ActorError("[actors] " + what() + ": the ActorRef is empty");
+    CallStatePtr state;
+    if (want_reply) {
+      auto timeout = to.timeout();
+      state = std::make_shared<CallState>(what(), CallState::Clock::now() + timeout, timeout);
+    }
     const caf::actor& h = to.impl()->handle;
     uint64_t id = 0;
     bool monitor = false;
-    {
+    if (!running_) throw ActorError("[actors] " + what() + ": the actor runtime stopped");
+    if (state || n_dead_.load(std::memory_order_acquire) > 0) {  // a one-way send to a live world takes no lock
       std::lock_guard<std::mutex> g(mu_);
-      if (!running_) throw ActorError("[actors] " + what + ": the actor runtime stopped");
       auto dead = dead_.find(h.address());
       if (dead != dead_.end()) {
-        std::string err = "[actors] " + what + " failed: the actor is gone (" + dead->second + ")";
+        std::string err = "[actors] " + what() + " failed: the actor is gone (" + dead->second + ")";
         if (!state) throw ActorError(err);
         state->fail(err);
         return state;
@@ -157,6 +161,7 @@ class System {
     {
       std::lock_guard<std::mutex> g(mu_);
       dead_[who] = reason;
+      n_dead_.store(dead_.size(), std::memory_order_release);
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.target == who) {
           failed.push_back(std::move(it->second.state));
@@ -328,6 +333,7 @@ class System {
   std::unordered_map<uint64_t, Pending> pending_;
   std::set<caf::actor_addr> monitored_;
   std::map<caf::actor_addr, std::string> dead_;
+  std::atomic<size_t> n_dead_{0};
   std::vector<ActorRef> services_;
   std::vector<caf::actor_addr> local_actors_;
 };
@@ -335,6 +341,9 @@ class System {
 namespace {
 std::mutex g_mu;
 std::shared_ptr<System> g_system;
+// The same system, for the hot path (requests, sends) without a lock or a reference count: it stays alive
+// while any Runtime holds it, and is cleared before stop() ends it.
+std::atomic<System*> g_raw{nullptr};
 
 std::shared_ptr<System> current() {
   std::lock_guard<std::mutex> g(g_mu);
@@ -352,7 +361,9 @@ std::shared_ptr<System> require_current(const char* fn) {
 }  // namespace
 
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
-  return require_current("request")->issue(to, method, std::move(args), want_reply);
+  System* s = g_raw.load(std::memory_order_acquire);
+  if (!s) require_current("request");  // throws the error
+  return s->issue(to, method, std::move(args), want_reply);
 }
 
 ActorRef spawn_host(int rank, const std::string& name, std::unique_ptr<Actor> actor) {
@@ -451,6 +462,7 @@ std::shared_ptr<detail::System> install(std::shared_ptr<detail::System> s) {
   std::lock_guard<std::mutex> g(detail::g_mu);
   if (detail::g_system) throw ActorError("[actors] an actor runtime already runs in this process");
   detail::g_system = s;
+  detail::g_raw.store(s.get(), std::memory_order_release);
   return s;
 }
 
@@ -516,6 +528,7 @@ void stop() {
   {
     std::lock_guard<std::mutex> g(detail::g_mu);
     s.swap(detail::g_system);
+    detail::g_raw.store(nullptr, std::memory_order_release);
   }
   if (s) s->stop();
 }
