@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <troupe/actors/actor.h>
@@ -65,6 +66,11 @@ class Runtime {
   std::vector<std::string> names() const;
   /// The runtime's own actor on `rank` (it spawns actors there and answers the directory).
   ActorRef service(int rank) const;
+  /// Where rank `rank`'s actor system listens ("127.0.0.1:40123"); "" with --ranks N (nothing listens).
+  /// Every connection to it must first prove the job's secret (actors/auth.h).
+  std::string endpoint(int rank) const;
+  /// Connections this rank's listener refused (no or a wrong secret, garbage, a timeout) and admitted.
+  std::pair<int64_t, int64_t> gate_counts() const;
 
  private:
   int rank_;
@@ -77,7 +83,8 @@ class Runtime {
 std::vector<std::shared_ptr<Runtime>> start_local(int ranks);
 /// Starts this process's actor system as rank world->rank() of world->size() processes and connects it
 /// to the other ranks' (collective over `world`: every rank calls it). Endpoints listen on loopback when
-/// every rank is on this host.
+/// every rank is on this host. Every connection proves the job's secret before CAF reads from it: the
+/// SHA-256 of TROUPE_SECRET when set, else 32 random bytes made by rank 0 and broadcast over `world`.
 std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world);
 /// Stops the process's actor system: every actor is stopped, every pending request fails. Idempotent.
 void stop();

@@ -15,7 +15,9 @@
 
 #include <caf/io/all.hpp>
 
+#include <troupe/actors/auth.h>
 #include <troupe/actors/internal/caf_types.h>
+#include <troupe/actors/internal/gate.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
 #include <troupe/tensor/ops.h>
@@ -193,23 +195,38 @@ class System {
 
   std::string render(const caf::error& e) { return system_ ? system_->render(e) : caf::to_string(e); }
 
-  /// Publishes this rank's service; returns the port.
-  uint16_t publish(const char* bind_addr) {
+  /// Opens the gate (every connection must prove `secret`) and publishes this rank's service behind it
+  /// on an ephemeral port of `bind_addr` (null: every interface); returns the port.
+  uint16_t publish(const std::string& secret, const char* bind_addr) {
+    gate_ = spawn_gate(*system_, secret);
     auto h = service(first_rank_).impl()->handle;
-    auto port = system_->middleman().publish(h, 0, bind_addr, false);
-    if (!port) throw ActorError("[actors] rank " + std::to_string(first_rank_) + ": could not listen: " + render(port.error()));
-    return *port;
+    try {
+      return gate_publish(*system_, gate_, h, bind_addr);
+    } catch (const ActorError& e) {
+      throw ActorError("[actors] rank " + std::to_string(first_rank_) + ": " + e.what());
+    }
   }
 
-  /// Connects to rank `rank`'s service at host:port.
+  /// Connects (through the gate) to rank `rank`'s service at host:port.
   void connect(int rank, const std::string& host, uint16_t port) {
-    auto a = system_->middleman().remote_actor(host, port);
-    if (!a) {
+    caf::actor a;
+    try {
+      a = gate_connect(*system_, gate_, host, port);
+    } catch (const ActorError& e) {
       throw ActorError("[actors] rank " + std::to_string(first_rank_) + ": could not connect to rank " + std::to_string(rank) +
-                       " at " + host + ":" + std::to_string(port) + ": " + render(a.error()));
+                       " at " + host + ":" + std::to_string(port) + ": " + e.what());
     }
-    set_service(rank, make_ref(*a, service_name(rank), rank));
+    set_service(rank, make_ref(a, service_name(rank), rank));
   }
+
+  /// Connections the gate refused and admitted so far.
+  std::pair<int64_t, int64_t> gate_counts() {
+    if (!gate_.state) return {0, 0};
+    std::lock_guard<std::mutex> g(gate_.state->mu);
+    return {gate_.state->refused, gate_.state->admitted};
+  }
+
+  std::vector<std::string> endpoints;  // "host:port" of every rank (networked)
 
   void stop() {
     std::vector<CallStatePtr> failed;
@@ -227,6 +244,9 @@ class System {
     for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     router_ = nullptr;
+    gate_close(gate_);  // admits no connection from here on
+    if (gate_.mm) caf::anon_send_exit(gate_.mm, caf::exit_reason::user_shutdown);
+    gate_.mm = nullptr;
     system_.reset();  // waits for every actor to end; the middleman closes its connections
   }
 
@@ -327,6 +347,7 @@ class System {
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> system_;
   caf::actor router_;
+  Gate gate_;
   std::mutex mu_;
   std::atomic<bool> running_{true};
   std::atomic<uint64_t> next_id_{1};
@@ -410,6 +431,13 @@ Runtime::~Runtime() = default;
 bool Runtime::networked() const { return sys_->networked(); }
 
 ActorRef Runtime::service(int rank) const { return sys_->service(rank); }
+
+std::string Runtime::endpoint(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(sys_->endpoints.size())) return "";
+  return sys_->endpoints[rank];
+}
+
+std::pair<int64_t, int64_t> Runtime::gate_counts() const { return sys_->gate_counts(); }
 
 Future<ActorRef> Runtime::spawn_on_async(int rank, const std::string& name, const std::string& factory, List args) {
   return service(rank).request<ActorRef>("spawn", name, factory, std::move(args));
@@ -505,11 +533,23 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
   auto sys = install(std::make_shared<detail::System>(rank, 1, size, true));
   try {
     sys->spawn_services();
-    // Loopback when every rank is on this host; the BASP port must not be reachable from elsewhere.
+    // The job's secret: TROUPE_SECRET's hash on every rank, else rank 0's random one, shared over the world.
+    std::string secret = auth::secret_from_env();
+    if (secret.empty()) {
+      Tensor s = zeros({32}, TensorOptions().dtype(kByte));
+      if (rank == 0) {
+        std::string r = auth::random_secret();
+        std::memcpy(s.data_ptr(), r.data(), r.size());
+      }
+      world->broadcast(s, 0);
+      secret.assign(static_cast<const char*>(s.data_ptr()), 32);
+    }
+    // Loopback when every rank is on this host; across hosts every interface, behind the gate.
     auto hosts = all_gather_text(world, host_name());
     const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });
-    uint16_t port = sys->publish(one_host ? "127.0.0.1" : nullptr);
+    uint16_t port = sys->publish(secret, one_host ? "127.0.0.1" : nullptr);
     auto ports = all_gather_text(world, std::to_string(port));
+    for (int j = 0; j < size; ++j) sys->endpoints.push_back((one_host ? std::string("127.0.0.1") : hosts[j]) + ":" + ports[j]);
     // Rank r connects to every lower rank and says hello (so both sides know each other's service).
     for (int j = 0; j < rank; ++j) {
       sys->connect(j, one_host ? "127.0.0.1" : hosts[j], static_cast<uint16_t>(std::stoi(ports[j])));

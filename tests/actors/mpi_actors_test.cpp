@@ -3,7 +3,14 @@
 // Skipped without mpirun. Every rank runs every test, in the same order (start-up is collective).
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+
+#include <troupe/actors/auth.h>
 
 #include <troupe/tensor/ops.h>
 
@@ -153,6 +160,32 @@ TEST(MpiActors, ARemoteActorThatStopsFailsPendingAndLaterCalls) {
     EXPECT_TRUE(contains(e, "gone")) << e;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, AConnectionWithoutTheJobsSecretIsRefused) {
+  MPI_ONLY();
+  if (ctx.rank == 1) {
+    // A raw client that tries rank 0's endpoint with a secret of its own.
+    std::string ep = rt.endpoint(0);
+    auto colon = ep.rfind(':');
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(colon + 1))));
+    inet_pton(AF_INET, ep.substr(0, colon).c_str(), &a.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << ep;
+    EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
+    ::close(fd);
+  }
+  ctx.world->barrier();
+  if (ctx.rank == 0) {
+    for (int i = 0; i < 100 && rt.gate_counts().first < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(rt.gate_counts().first, 1);
+    EXPECT_EQ(rt.gate_counts().second, ctx.size - 1);  // every higher rank, once
+  }
+  // The ranks still talk.
+  for (int r = 0; r < ctx.size; ++r) EXPECT_EQ(rt.service(r).request<int64_t>("ping").get(), r);
   ctx.world->barrier();
 }
 
