@@ -19,4 +19,4 @@
 #include "comm/comm.h"
 #include "parallel/parallel.h"
 #include "launch/launch.h"
-// #include "actors/actors.h"
+#include "actors/actors.h"
