@@ -86,6 +86,12 @@ std::vector<std::shared_ptr<Runtime>> start_local(int ranks);
 /// every rank is on this host. Every connection proves the job's secret before CAF reads from it: the
 /// SHA-256 of TROUPE_SECRET when set, else 32 random bytes made by rank 0 and broadcast over `world`.
 std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world);
+/// Across processes, tensors of at least this many bytes travel beside the control message on the data
+/// plane (comm point to point on a group of every rank, matched by an id) instead of inside it: 1 MB
+/// unless TROUPE_ACTOR_DATA_PLANE_BYTES says otherwise (0: never). Per process; each sender decides.
+int64_t data_plane_bytes();
+/// Sets data_plane_bytes() for this process (<= 0: never).
+void set_data_plane_bytes(int64_t bytes);
 /// Stops the process's actor system: every actor is stopped, every pending request fails. Idempotent.
 void stop();
 /// True while an actor system runs in this process.

@@ -26,9 +26,21 @@ void put_string(std::string& out, const std::string& s) {
   out.append(s);
 }
 
-void encode_value(const Value& v, std::string& out, const RefEncoder& refs, int depth) {
+void encode_value(const Value& v, std::string& out, const RefEncoder& refs, const TensorOffloader& offload, int depth) {
   if (depth > kMaxDepth) throw ActorError("[actors] wire: lists nest deeper than 32");
   const auto& var = v.get();
+  if (offload && var.index() == 5 && std::get<Tensor>(var).defined()) {
+    const Tensor& t = std::get<Tensor>(var);
+    int64_t id = offload(t);
+    if (id >= 0) {
+      put<uint8_t>(out, 8);
+      put<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
+      put<uint8_t>(out, static_cast<uint8_t>(t.sizes().size()));
+      for (int64_t d : t.sizes()) put<int64_t>(out, d);
+      put<int64_t>(out, id);
+      return;
+    }
+  }
   put<uint8_t>(out, static_cast<uint8_t>(var.index()));
   switch (var.index()) {
     case 0: break;
@@ -62,7 +74,7 @@ void encode_value(const Value& v, std::string& out, const RefEncoder& refs, int 
     case 7: {
       const List& l = std::get<List>(var);
       put<uint32_t>(out, static_cast<uint32_t>(l.size()));
-      for (const Value& x : l) encode_value(x, out, refs, depth + 1);
+      for (const Value& x : l) encode_value(x, out, refs, offload, depth + 1);
       break;
     }
   }
@@ -103,7 +115,32 @@ class Reader {
   const char* end_;
 };
 
-Value decode_value(Reader& r, const RefDecoder& refs, int depth) {
+// dtype and shape of a tensor record; `bound`: the most bytes it may claim.
+std::pair<ScalarType, std::vector<int64_t>> tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* what) {
+  if (dt > static_cast<uint8_t>(ScalarType::Float64)) {
+    throw ActorError("[actors] wire: a tensor of unknown dtype code " + std::to_string(dt));
+  }
+  auto dtype = static_cast<ScalarType>(dt);
+  uint8_t ndim = r.get<uint8_t>("a tensor's ndim");
+  if (ndim > kMaxDims) throw ActorError("[actors] wire: a tensor of " + std::to_string(ndim) + " dimensions (at most 64)");
+  std::vector<int64_t> shape(ndim);
+  const size_t esize = element_size(dtype);
+  // numel * esize must fit in `bound`: checked before the allocation, without overflow.
+  uint64_t numel = 1;
+  bool too_big = false;
+  for (auto& d : shape) {
+    d = r.get<int64_t>("a tensor's dims");
+    if (d < 0) throw ActorError("[actors] wire: a tensor dimension of " + std::to_string(d));
+    if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) too_big = true;
+    else numel *= static_cast<uint64_t>(d);
+  }
+  if (too_big || numel > bound / esize) {
+    throw ActorError("[actors] wire: a tensor's shape claims more bytes than the " + std::to_string(bound) + " " + what);
+  }
+  return {dtype, std::move(shape)};
+}
+
+Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch, int depth) {
   if (depth > kMaxDepth) throw ActorError("[actors] wire: lists nest deeper than 32");
   uint8_t tag = r.get<uint8_t>("a value's tag");
   switch (tag) {
@@ -119,27 +156,10 @@ Value decode_value(Reader& r, const RefDecoder& refs, int depth) {
     case 5: {
       uint8_t dt = r.get<uint8_t>("a tensor's dtype");
       if (dt == kUndefinedTensor) return Value(Tensor());
-      if (dt > static_cast<uint8_t>(ScalarType::Float64)) {
-        throw ActorError("[actors] wire: a tensor of unknown dtype code " + std::to_string(dt));
-      }
-      auto dtype = static_cast<ScalarType>(dt);
-      uint8_t ndim = r.get<uint8_t>("a tensor's ndim");
-      if (ndim > kMaxDims) throw ActorError("[actors] wire: a tensor of " + std::to_string(ndim) + " dimensions (at most 64)");
-      std::vector<int64_t> shape(ndim);
-      const size_t esize = element_size(dtype);
-      // numel * esize must fit in what remains: checked before the allocation, without overflow.
+      auto [dtype, shape] = tensor_header(r, dt, r.remaining(), "that remain");
       uint64_t numel = 1;
-      bool too_big = false;
-      for (auto& d : shape) {
-        d = r.get<int64_t>("a tensor's dims");
-        if (d < 0) throw ActorError("[actors] wire: a tensor dimension of " + std::to_string(d));
-        if (d != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) too_big = true;
-        else numel *= static_cast<uint64_t>(d);
-      }
-      if (too_big || numel > r.remaining() / esize) {
-        throw ActorError("[actors] wire: a tensor's shape claims more bytes than the " +
-                         std::to_string(r.remaining()) + " that remain");
-      }
+      for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+      const size_t esize = element_size(dtype);
       const size_t nbytes = static_cast<size_t>(numel) * esize;
       const char* src = r.take(nbytes, "a tensor's bytes");
       Tensor t = empty(shape, TensorOptions().dtype(dtype));
@@ -158,8 +178,15 @@ Value decode_value(Reader& r, const RefDecoder& refs, int depth) {
       if (n > r.remaining()) r.need(n, "a list's values (one byte each at least)");
       List l;
       l.reserve(n);
-      for (uint32_t i = 0; i < n; ++i) l.push_back(decode_value(r, refs, depth + 1));
+      for (uint32_t i = 0; i < n; ++i) l.push_back(decode_value(r, refs, fetch, depth + 1));
       return Value(std::move(l));
+    }
+    case 8: {
+      uint8_t dt = r.get<uint8_t>("a data-plane tensor's dtype");
+      auto [dtype, shape] = tensor_header(r, dt, kMaxDataPlaneBytes, "a data-plane tensor may have");
+      int64_t id = r.get<int64_t>("a data-plane tensor's id");
+      if (!fetch) throw ActorError("[actors] wire: a data-plane tensor where no data plane is connected");
+      return Value(fetch(dtype, shape, id));
     }
     default: throw ActorError("[actors] wire: unknown value tag " + std::to_string(tag));
   }
@@ -167,13 +194,13 @@ Value decode_value(Reader& r, const RefDecoder& refs, int depth) {
 
 }  // namespace
 
-void encode(const List& values, std::string& out, const RefEncoder& refs) {
+void encode(const List& values, std::string& out, const RefEncoder& refs, const TensorOffloader& offload) {
   put<uint32_t>(out, kMagic);
   put<uint32_t>(out, static_cast<uint32_t>(values.size()));
-  for (const Value& v : values) encode_value(v, out, refs, 0);
+  for (const Value& v : values) encode_value(v, out, refs, offload, 0);
 }
 
-List decode(const char* data, size_t size, const RefDecoder& refs) {
+List decode(const char* data, size_t size, const RefDecoder& refs, const TensorFetcher& fetch) {
   Reader r(data, size);
   uint32_t magic = r.get<uint32_t>("the header");
   if (magic != kMagic) throw ActorError("[actors] wire: not a troupe message (bad magic)");
@@ -181,7 +208,7 @@ List decode(const char* data, size_t size, const RefDecoder& refs) {
   if (n > r.remaining()) r.need(n, "the values (one byte each at least)");
   List out;
   out.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) out.push_back(decode_value(r, refs, 0));
+  for (uint32_t i = 0; i < n; ++i) out.push_back(decode_value(r, refs, fetch, 0));
   if (r.remaining() != 0) {
     throw ActorError("[actors] wire: " + std::to_string(r.remaining()) + " trailing bytes after the values");
   }

@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include <troupe/actors/value.h>
+#include <troupe/comm/process_group.h>
 
 namespace troupe::actors::detail {
 
@@ -32,13 +33,39 @@ struct Payload {
   List values;
   /// Set by the decoder when the blob was malformed (the receiver reports it instead of running).
   std::string decode_error;
+  /// Sender side, across processes: the ids under which the tensors of at least the data plane's
+  /// threshold were sent on it, in the order the encoder meets them (not on the wire as such).
+  std::vector<int64_t> dp_ids;
+  size_t dp_next = 0;
+  /// Receiver side: the data-plane receives of its tensors, to wait for before the values are used.
+  std::vector<comm::WorkPtr> dp_in;
 };
+
+/// Large tensors between processes: point to point on a group of every rank of its own, matched by id.
+struct DataPlane {
+  comm::ProcessGroupPtr group;
+  int rank = -1;
+  /// Tensors of at least this many bytes travel on it (TROUPE_ACTOR_DATA_PLANE_BYTES).
+  int64_t threshold = 0;
+};
+/// This process's data plane, or null (one process, or none connected).
+const DataPlane* data_plane();
+/// True when `t` goes on the data plane.
+inline bool on_data_plane(const DataPlane& dp, const Tensor& t) {
+  return t.defined() && static_cast<int64_t>(t.nbytes()) >= dp.threshold;
+}
+/// Sends the tensors of `values` that go on the data plane to `peer`, recording their ids in `p`.
+void send_data_plane(Payload& p, int peer);
+/// Waits for the data-plane tensors of `p` (at most `timeout`); "" or what went wrong.
+std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout);
 
 /// A request (id > 0: the sender waits for a Reply with this id) or a one-way message (id 0).
 struct Call {
   uint64_t id = 0;
   std::string method;
   Payload args;
+  /// The sender's rank (its process's, across processes; -1 with --ranks N).
+  int32_t from_rank = -1;
 };
 
 /// The answer to a Call: ok with one value, or an error text.
@@ -68,7 +95,7 @@ typename Inspector::result_type inspect(Inspector& f, Payload& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Call& x) {
-  return f(caf::meta::type_name("troupe_call"), x.id, x.method, x.args);
+  return f(caf::meta::type_name("troupe_call"), x.id, x.method, x.args, x.from_rank);
 }
 
 template <class Inspector>

@@ -132,6 +132,34 @@ TEST(MpiActors, EveryWireTypeCrossesAConnection) {
   ctx.world->barrier();
 }
 
+TEST(MpiActors, TensorsOnTheDataPlane) {
+  MPI_ONLY();
+  const int64_t saved = data_plane_bytes();
+  EXPECT_EQ(saved, int64_t{1} << 20);
+  set_data_plane_bytes(1);  // every tensor beside the message, both ways (each rank sets it for its sends)
+  ctx.world->barrier();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "dp" + std::to_string(ctx.rank), "Counter", 0);
+  Tensor a = arange(12, TensorOptions().dtype(kFloat64)).reshape({3, 4});
+  Tensor b = ones({5}, TensorOptions().dtype(kInt32));
+  List in{Value(a), Value(List{Value(b), Value(a.t()), Value("text")}), Value(a), Value(Tensor()), Value(zeros({0}))};
+  List out = echo.request<Value>("echo", Value(in)).get().as<List>();
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_TRUE(equal(out[0].as<Tensor>(), a));
+  EXPECT_TRUE(equal(out[1].as<List>()[0].as<Tensor>(), b));
+  EXPECT_TRUE(equal(out[1].as<List>()[1].as<Tensor>(), a.t()));
+  EXPECT_EQ(out[1].as<List>()[2].as<std::string>(), "text");
+  EXPECT_TRUE(equal(out[2].as<Tensor>(), a));
+  EXPECT_FALSE(out[3].as<Tensor>().defined());
+  EXPECT_EQ(out[4].as<Tensor>().numel(), 0);
+  Tensor s = echo.request<Tensor>("scale", a, 3.0).get();
+  EXPECT_TRUE(equal(s, a * 3.0));
+  ctx.world->barrier();
+  set_data_plane_bytes(saved);
+  echo.stop();
+  ctx.world->barrier();
+}
+
 TEST(MpiActors, AHandleForwardedToAThirdRankWorks) {
   MPI_ONLY();
   if (ctx.rank == 0) {
