@@ -1,6 +1,7 @@
-// The actor runtime across processes (ctest actors_mpi_np2 / np3 run these under mpirun): every wire type
-// crosses a real connection, errors and dead actors reach the caller, ActorRefs travel between ranks.
-// Skipped without mpirun. Every rank runs every test, in the same order (start-up is collective).
+// actors_mpi_tests: the actor runtime across processes (ctest actors_mpi_np2 / np3 run it under mpirun):
+// every wire type crosses a real connection, errors and dead actors reach the caller, ActorRefs travel
+// between ranks, the data plane, the gate. Skipped without mpirun. Every rank runs every test, in the
+// same order (start-up is collective).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
