@@ -20,9 +20,9 @@ caf::error save_payload(caf::serializer& f, Payload& x) {
   std::string blob;
   const DataPlane* dp = data_plane();
   wire::TensorOffloader offload;
-  if (dp && !x.dp_ids.empty()) {
-    offload = [&](const Tensor& t) -> int64_t {
-      if (x.dp_next < x.dp_ids.size() && on_data_plane(*dp, t)) return x.dp_ids[x.dp_next++];
+  if (dp && x.extra && !x.extra->dp_ids.empty()) {
+    offload = [&, &e = *x.extra](const Tensor& t) -> int64_t {
+      if (e.dp_next < e.dp_ids.size() && on_data_plane(*dp, t)) return e.dp_ids[e.dp_next++];
       return -1;
     };
   }
@@ -63,7 +63,7 @@ caf::error load_payload(caf::deserializer& f, Payload& x) {
           throw ActorError("[actors] wire: a data-plane tensor from rank " + std::to_string(src));
         }
         Tensor t = empty(shape, TensorOptions().dtype(dtype));
-        x.dp_in.push_back(dp->group->recv_async(t, src, static_cast<int>(id)));
+        x.ext().dp_in.push_back(dp->group->recv_async(t, src, static_cast<int>(id)));
         return t;
       };
     }
@@ -78,7 +78,7 @@ caf::error load_payload(caf::deserializer& f, Payload& x) {
         fetch);
   } catch (const std::exception& e) {
     x.values.clear();
-    x.decode_error = e.what();
+    x.ext().decode_error = e.what();
   }
   return caf::error{};
 }

@@ -141,9 +141,12 @@ class System {
       }
     }
     if (monitor) caf::anon_send(router_, tr_mon_atom::value, h);
-    Call call{id, method, Payload{std::move(args), {}, {}, 0, {}}, networked_ ? first_rank_ : -1};
+    Call call{id, method, Payload{std::move(args), nullptr}, networked_ ? first_rank_ : -1};
     if (networked_ && h.node() != system_->node()) send_data_plane(call.args, to.rank());
-    caf::send_as(router_, h, std::move(call));
+    // A request names the router as its sender (a reply from another process goes there); a one-way
+    // message needs no sender, and leaves the router's reference count alone.
+    if (id != 0) caf::send_as(router_, h, std::move(call));
+    else caf::anon_send(h, std::move(call));
     return state;
   }
 
@@ -271,15 +274,15 @@ class System {
     return {
         [=](Reply& r) {
           Value v;
-          if (r.ok && r.result.decode_error.empty() && !r.result.dp_in.empty()) {
+          if (r.ok && r.result.decode_error().empty() && r.result.awaits_data_plane()) {
             std::string err = await_data_plane(r.result, default_timeout());
             if (!err.empty()) {
               sys->finish(r.id, false, Value(), err);
               return;
             }
           }
-          if (r.ok && !r.result.decode_error.empty()) {
-            sys->finish(r.id, false, Value(), "its reply could not be decoded: " + r.result.decode_error);
+          if (r.ok && !r.result.decode_error().empty()) {
+            sys->finish(r.id, false, Value(), "its reply could not be decoded: " + r.result.decode_error());
             return;
           }
           if (r.ok && !r.result.values.empty()) v = std::move(r.result.values.front());
@@ -316,11 +319,11 @@ class System {
     std::string error;
     auto& handlers = ActorAccess::handlers(*h.actor);
     auto it = handlers.find(c.method);
-    if (c.args.decode_error.empty() && !c.args.dp_in.empty()) error = await_data_plane(c.args, default_timeout());
+    if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
     if (!error.empty()) {
       // the tensor data of the arguments did not arrive
-    } else if (!c.args.decode_error.empty()) {
-      error = "its arguments could not be decoded: " + c.args.decode_error;
+    } else if (!c.args.decode_error().empty()) {
+      error = "its arguments could not be decoded: " + c.args.decode_error();
     } else if (it == handlers.end()) {
       std::string known;
       for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
@@ -421,17 +424,17 @@ void send_data_plane(Payload& p, int peer) {
     if (!t.is_contiguous()) t = t.contiguous();
     const int64_t id = g_next_dp_id.fetch_add(1) % (int64_t{1} << 30) + 1;
     dp->group->send_async(t, peer, static_cast<int>(id));
-    p.dp_ids.push_back(id);
+    p.ext().dp_ids.push_back(id);
   }
 }
 
 std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout) {
   try {
-    for (auto& w : p.dp_in) w->wait(timeout);
+    for (auto& w : p.ext().dp_in) w->wait(timeout);
   } catch (const std::exception& e) {
     return std::string("its tensor data did not arrive on the data plane: ") + e.what();
   }
-  p.dp_in.clear();
+  p.ext().dp_in.clear();
   return "";
 }
 

@@ -130,8 +130,9 @@ void single_process() {
   const int reps = g_quick ? 500 : 5000;
   std::vector<double> rate_t, rate_r, pair_ratio, rtt_t, rtt_r;
   for (int s = 0; s < samples; ++s) {
-    double rr, rl;
-    {
+    double rr = 1, rl = 1;
+    const char* only = std::getenv("ACTORS_BENCH_ONLY");  // "troupe" or "raw": one side (for a profiler)
+    if (!only || std::strcmp(only, "raw") == 0) {
       caf::actor_system_config cfg;
       configure(cfg, false);
       caf::actor_system sys{cfg};
@@ -140,8 +141,8 @@ void single_process() {
       rl = raw_rtt(sys, a, reps);
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     }
-    double tr, tl;
-    {
+    double tr = 1, tl = 1;
+    if (!only || std::strcmp(only, "troupe") == 0) {
       auto rts = actors::start_local(1);
       auto a = rts[0]->spawn_on(0, "sink", "Sink");
       tr = troupe_rate(a, n);

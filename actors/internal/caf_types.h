@@ -30,15 +30,29 @@ ActorRef make_ref(caf::actor h, std::string name, int rank);
 /// Values of a message. In one process they pass as they are (tensors by handle); across processes as
 /// one blob (wire.h) plus the list of actor handles its ActorRefs use, which CAF serialises itself.
 struct Payload {
+  /// What only a message between processes needs (kept out of line: a local message stays small).
+  struct Extra {
+    /// Set by the decoder when the blob was malformed (the receiver reports it instead of running).
+    std::string decode_error;
+    /// Sender side: the ids under which the tensors of at least the data plane's threshold were sent on
+    /// it, in the order the encoder meets them (not on the wire as such).
+    std::vector<int64_t> dp_ids;
+    size_t dp_next = 0;
+    /// Receiver side: the data-plane receives of its tensors, to wait for before the values are used.
+    std::vector<comm::WorkPtr> dp_in;
+  };
   List values;
-  /// Set by the decoder when the blob was malformed (the receiver reports it instead of running).
-  std::string decode_error;
-  /// Sender side, across processes: the ids under which the tensors of at least the data plane's
-  /// threshold were sent on it, in the order the encoder meets them (not on the wire as such).
-  std::vector<int64_t> dp_ids;
-  size_t dp_next = 0;
-  /// Receiver side: the data-plane receives of its tensors, to wait for before the values are used.
-  std::vector<comm::WorkPtr> dp_in;
+  std::shared_ptr<Extra> extra;
+
+  /// The Extra, made on first use.
+  Extra& ext() {
+    if (!extra) extra = std::make_shared<Extra>();
+    return *extra;
+  }
+  /// The decoder's complaint, or "".
+  std::string decode_error() const { return extra ? extra->decode_error : std::string(); }
+  /// True when tensors of it are still arriving on the data plane.
+  bool awaits_data_plane() const { return extra && !extra->dp_in.empty(); }
 };
 
 /// Large tensors between processes: point to point on a group of every rank of its own, matched by id.
