@@ -268,8 +268,17 @@ class System {
     System* sys = nullptr;
   };
 
+  /// Why an actor ended, in words ("stopped", "its process is unreachable", or CAF's text).
+  static std::string describe_exit(System* sys, const caf::error& reason) {
+    if (reason == caf::exit_reason::remote_link_unreachable) {
+      return "its process is unreachable: killed, or the connection to it was lost (remote_link_unreachable)";
+    }
+    if (reason == caf::exit_reason::user_shutdown) return "it was stopped (user_shutdown)";
+    return sys->render(reason);
+  }
+
   static caf::behavior router_behavior(caf::event_based_actor* self, System* sys) {
-    self->set_down_handler([=](caf::down_msg& dm) { sys->on_down(dm.source, sys->render(dm.reason)); });
+    self->set_down_handler([=](caf::down_msg& dm) { sys->on_down(dm.source, describe_exit(sys, dm.reason)); });
     self->delayed_send(self, kTick, tr_tick_atom::value);
     return {
         [=](Reply& r) {
