@@ -1,6 +1,7 @@
 // launch::init / finalize / run (launch.h).
 #include <troupe/launch/launch.h>
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +65,23 @@ bool actors_wanted() {
   return false;
 #endif
 }
+
+#ifdef TROUPE_HAVE_ACTORS
+/// Finalizes when the main thread's thread-local objects are destroyed, which is before any atexit
+/// handler runs: CAF keeps per-thread caches of message memory, and stopping the actor system after
+/// the main thread's cache is gone (from the atexit handler) corrupts the heap. Made after the main
+/// thread has sent a message, so CAF's cache exists already and outlives this guard.
+struct FinalizeGuard {
+  ~FinalizeGuard() { finalize(); }
+};
+
+void finalize_before_main_thread_ends(actors::Runtime& rt) {
+  if (getpid() != static_cast<pid_t>(gettid())) return;  // not the main thread: the atexit handler does it
+  rt.service(rt.rank()).request<int64_t>("ping").get();
+  static thread_local FinalizeGuard guard;
+  (void)&guard;
+}
+#endif
 
 /// Stops the process's actor system (if one runs) on scope exit.
 struct StopActors {
@@ -167,6 +185,9 @@ Context init(int& argc, char**& argv) {
 #endif
   g_ctx = c;
   g_inited = true;
+#ifdef TROUPE_HAVE_ACTORS
+  if (c.actor_runtime) finalize_before_main_thread_ends(*c.actor_runtime);
+#endif
   std::atexit(finalize_at_exit);
   announce(c);
   return c;

@@ -60,7 +60,8 @@ struct Context {
 Context init(int& argc, char**& argv);
 
 /// Barrier on the world, stops the actor system, then MPI_Finalize when MPI is in use; clears
-/// comm::world(). Idempotent.
+/// comm::world(). Idempotent. Runs by itself when the thread that called init() is the main thread and
+/// it ends (main returns), else at exit.
 void finalize();
 
 /// Runs main_fn once per rank and returns the largest exit code. Takes `--ranks N` (or --ranks=N) out

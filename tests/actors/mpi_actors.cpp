@@ -38,8 +38,8 @@ launch::Context& mpi_context() {
   return ctx;
 }
 
-// launch::finalize before main returns: at exit, statics made after launch::init (tensor caches, ...)
-// are gone before its atexit handler would stop the actor system.
+// launch::finalize once the tests ran, while everything is alive (launch would otherwise do it when the
+// main thread ends).
 class FinalizeBeforeExit : public ::testing::Environment {
  public:
   void TearDown() override {
