@@ -114,11 +114,16 @@ class Actor {
   }
   /// Registers `method` with a handler that takes the raw argument list.
   void handle_list(const std::string& method, Handler fn) { handlers_[method] = std::move(fn); }
+  /// Runs this actor on a thread of its own (call it in the constructor). For actors whose handlers wait
+  /// on other actors' replies: a handler that waits holds its thread, and the shared scheduler has 4
+  /// (TROUPE_ACTOR_THREADS), so chains of waiting handlers deeper than that would wait until timeout.
+  void use_own_thread() { own_thread_ = true; }
 
  private:
   friend struct detail::ActorAccess;
   std::unordered_map<std::string, Handler> handlers_;
   ActorRef self_;
+  bool own_thread_ = false;
 };
 
 /// Builds an actor from spawn_on's arguments.

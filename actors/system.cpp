@@ -102,7 +102,8 @@ class System {
     h->name = name;
     h->rank = rank;
     h->sys = this;
-    caf::actor a = system_->spawn(host_behavior, h);
+    caf::actor a = ActorAccess::own_thread(*h->actor) ? system_->spawn<caf::detached>(host_behavior, h)
+                                                      : system_->spawn(host_behavior, h);
     ActorRef ref = make_ref(a, name, rank);
     ActorAccess::set_self(*h->actor, ref);
     {

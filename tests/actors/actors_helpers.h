@@ -40,9 +40,19 @@ struct Counter : Actor {
   }
 };
 
+/// Passes a number down a chain of relays, each waiting on the next one's reply (nested requests).
+struct Relay : Actor {
+  ActorRef next;
+  Relay(bool own_thread, ActorRef next_relay) : next(std::move(next_relay)) {
+    if (own_thread) use_own_thread();
+    handle("relay", [this](int64_t k) { return next.valid() ? next.request<int64_t>("relay", k + 1).get() : k; });
+  }
+};
+
 /// Registers the test actors (idempotent; every rank runs the same code).
 inline void register_test_actors() {
   register_actor<Counter, int64_t>("Counter");
+  register_actor<Relay, bool, ActorRef>("Relay");
   register_factory("Throwing", [](const List&) -> std::unique_ptr<Actor> {
     throw std::runtime_error("no resources for Throwing");
   });

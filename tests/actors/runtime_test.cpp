@@ -110,6 +110,18 @@ TEST(ActorsRuntime, ActorRefsTravelInMessages) {
   });
 }
 
+TEST(ActorsRuntime, ChainsOfWaitingHandlersOnThreadsOfTheirOwn) {
+  // 8 relays, each waiting in its handler on the next: deeper than the scheduler's 4 threads.
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      ActorRef next;
+      for (int i = 7; i >= 0; --i) next = ctx.actors().spawn_on(i % 2, "relay" + std::to_string(i), "Relay", true, next);
+      EXPECT_EQ(next.request<int64_t>("relay", 100).get(), 107);
+    }
+    ctx.world->barrier();
+  });
+}
+
 TEST(ActorsRuntime, FuturesThenAndWaitFor) {
   on_ranks(1, [](launch::Context& ctx) {
     ActorRef c = ctx.actors().spawn_on(0, "f", "Counter", 1);
@@ -158,7 +170,7 @@ TEST(ActorsRuntime, SpawnErrorsNameTheRegistry) {
       auto& rt = ctx.actors();
       std::string e = error_of([&] { rt.spawn_on(1, "x", "NoSuchFactory"); });
       EXPECT_TRUE(contains(e, "spawn_on(1, 'x', 'NoSuchFactory')")) << e;
-      EXPECT_TRUE(contains(e, "no factory 'NoSuchFactory'") && contains(e, "Counter, Throwing")) << e;
+      EXPECT_TRUE(contains(e, "no factory 'NoSuchFactory'") && contains(e, "Counter, Relay, Throwing")) << e;
       e = error_of([&] { rt.spawn_on(1, "y", "Throwing"); });
       EXPECT_TRUE(contains(e, "no resources for Throwing")) << e;
       e = error_of([&] { rt.spawn_on(1, "z", "Counter", "not a number"); });
