@@ -59,6 +59,7 @@ Value invoke_with(const std::string& method, F& fn, const List& args, std::index
     }
   };
   (convert(std::integral_constant<size_t, I>{}), ...);
+  (void)convert;  // no arguments
   using R = decltype(fn(std::move(std::get<I>(typed))...));
   if constexpr (std::is_void_v<R>) {
     fn(std::move(std::get<I>(typed))...);
@@ -79,6 +80,7 @@ std::unique_ptr<T> construct(const std::string& what, const List& args, std::ind
     }
   };
   (convert(std::integral_constant<size_t, I>{}), ...);
+  (void)convert;  // no arguments
   return std::make_unique<T>(std::move(std::get<I>(typed))...);
 }
 }  // namespace detail

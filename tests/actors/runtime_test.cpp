@@ -238,7 +238,9 @@ TEST(ActorsRuntime, NoRuntimeIsAClearError) {
 TEST(ActorsRuntime, StartsAndStopsRepeatedly) {
   for (int i = 0; i < 5; ++i) {
     on_ranks(2, [](launch::Context& ctx) {
-      if (ctx.rank == 1) EXPECT_EQ(ctx.actors().spawn_on(0, "c", "Counter", 41).request<int64_t>("add", 1).get(), 42);
+      if (ctx.rank == 1) {
+        EXPECT_EQ(ctx.actors().spawn_on(0, "c", "Counter", 41).request<int64_t>("add", 1).get(), 42);
+      }
       ctx.world->barrier();
     });
   }
