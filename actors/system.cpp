@@ -633,7 +633,7 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       detail::g_data_plane.rank = rank;
       const char* v = std::getenv("TROUPE_ACTOR_DATA_PLANE_BYTES");
       detail::g_data_plane.threshold = v && *v ? std::atoll(v) : kDataPlaneBytes;
-      if (detail::g_data_plane.threshold <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
+      if (detail::g_data_plane.threshold.load() <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
       detail::g_has_data_plane.store(world->backend() != "local", std::memory_order_release);
     }
     // Rank r connects to every lower rank and says hello (so both sides know each other's service).
@@ -664,7 +664,7 @@ void stop() {
 bool running() { return detail::current() != nullptr; }
 
 int64_t data_plane_bytes() {
-  int64_t t = detail::g_data_plane.threshold;
+  int64_t t = detail::g_data_plane.threshold.load();
   return t == std::numeric_limits<int64_t>::max() ? 0 : t;
 }
 

@@ -3,6 +3,7 @@
 // include it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -59,14 +60,14 @@ struct Payload {
 struct DataPlane {
   comm::ProcessGroupPtr group;
   int rank = -1;
-  /// Tensors of at least this many bytes travel on it (TROUPE_ACTOR_DATA_PLANE_BYTES).
-  int64_t threshold = 0;
+  /// Tensors of at least this many bytes travel on it (TROUPE_ACTOR_DATA_PLANE_BYTES; set_data_plane_bytes).
+  std::atomic<int64_t> threshold{0};
 };
 /// This process's data plane, or null (one process, or none connected).
 const DataPlane* data_plane();
 /// True when `t` goes on the data plane.
 inline bool on_data_plane(const DataPlane& dp, const Tensor& t) {
-  return t.defined() && static_cast<int64_t>(t.nbytes()) >= dp.threshold;
+  return t.defined() && static_cast<int64_t>(t.nbytes()) >= dp.threshold.load(std::memory_order_relaxed);
 }
 /// Sends the tensors of `values` that go on the data plane to `peer`, recording their ids in `p`.
 void send_data_plane(Payload& p, int peer);
