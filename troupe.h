@@ -22,4 +22,4 @@
 #include "parallel/parallel.h"
 #include "rl/rl.h"
 #include "launch/launch.h"
-// #include "actors/actors.h"
+#include "actors/actors.h"

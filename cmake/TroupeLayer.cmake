@@ -34,7 +34,8 @@ function(troupe_layer_setup target)
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${ARG_LAYER}/"
     DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/troupe/${ARG_LAYER}"
-    FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh")
+    FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp" PATTERN "*.cuh"
+    PATTERN "internal" EXCLUDE)  # <layer>/internal/: private headers (actors/internal includes CAF)
 
   set_property(GLOBAL APPEND PROPERTY TROUPE_LAYER_TARGETS ${target})
 endfunction()

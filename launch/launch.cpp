@@ -1,6 +1,7 @@
 // launch::init / finalize / run (launch.h).
 #include <troupe/launch/launch.h>
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,9 @@
 #endif
 #ifdef TROUPE_HAVE_NCCL
 #include <troupe/comm/nccl.h>
+#endif
+#ifdef TROUPE_HAVE_ACTORS
+#include <troupe/actors/runtime.h>
 #endif
 
 namespace troupe::launch {
@@ -52,6 +56,42 @@ void announce(const Context& c) {
 
 void finalize_at_exit() { finalize(); }
 
+/// TROUPE_ACTORS=0 leaves the actor system off.
+bool actors_wanted() {
+#ifdef TROUPE_HAVE_ACTORS
+  const char* v = std::getenv("TROUPE_ACTORS");
+  return !(v && std::strcmp(v, "0") == 0);
+#else
+  return false;
+#endif
+}
+
+#ifdef TROUPE_HAVE_ACTORS
+/// Finalizes when the main thread's thread-local objects are destroyed, which is before any atexit
+/// handler runs: CAF keeps per-thread caches of message memory, and stopping the actor system after
+/// the main thread's cache is gone (from the atexit handler) corrupts the heap. Made after the main
+/// thread has sent a message, so CAF's cache exists already and outlives this guard.
+struct FinalizeGuard {
+  ~FinalizeGuard() { finalize(); }
+};
+
+void finalize_before_main_thread_ends(actors::Runtime& rt) {
+  if (getpid() != static_cast<pid_t>(gettid())) return;  // not the main thread: the atexit handler does it
+  rt.service(rt.rank()).request<int64_t>("ping").get();
+  static thread_local FinalizeGuard guard;
+  (void)&guard;
+}
+#endif
+
+/// Stops the process's actor system (if one runs) on scope exit.
+struct StopActors {
+  ~StopActors() {
+#ifdef TROUPE_HAVE_ACTORS
+    actors::stop();
+#endif
+  }
+};
+
 /// Takes --ranks N / --ranks=N out of argv (in place); 0 when absent.
 int take_ranks_flag(int& argc, char** argv) {
   int ranks = 0;
@@ -82,6 +122,14 @@ int take_ranks_flag(int& argc, char** argv) {
 }
 
 }  // namespace
+
+actors::Runtime& Context::actors() const {
+  if (!actor_runtime) {
+    throw std::runtime_error(
+        "[launch] Context::actors(): no actor runtime (troupe was built without CAF, or TROUPE_ACTORS=0)");
+  }
+  return *actor_runtime;
+}
 
 // With GPUs and NCCL: the rank's device is cuda:<local_rank % GPUs> and gpu_world an NCCL group of the
 // world's ranks (the unique id travels over the world). Collective over the world.
@@ -130,8 +178,16 @@ Context init(int& argc, char**& argv) {
   c.size = c.world->size();
   attach_gpus(c);
   comm::set_world(c.world);
+#ifdef TROUPE_HAVE_ACTORS
+  if (actors_wanted()) {
+    c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);
+  }
+#endif
   g_ctx = c;
   g_inited = true;
+#ifdef TROUPE_HAVE_ACTORS
+  if (c.actor_runtime) finalize_before_main_thread_ends(*c.actor_runtime);
+#endif
   std::atexit(finalize_at_exit);
   announce(c);
   return c;
@@ -148,6 +204,10 @@ void finalize() {
       std::fprintf(stderr, "[troupe] rank %d: launch::finalize: barrier failed: %s\n", g_ctx.rank, e.what());
     }
   }
+  g_ctx.actor_runtime.reset();
+#ifdef TROUPE_HAVE_ACTORS
+  actors::stop();  // after the barrier: no rank still talks to the others
+#endif
   comm::set_world(nullptr);
   g_ctx.gpu_world.reset();  // NCCL before MPI: its destruction may still talk to peers
   g_ctx.world.reset();
@@ -166,6 +226,7 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
     }
     Context c = init(argc, argv);
     int code = main_fn(c);
+    c.actor_runtime.reset();
     c.world.reset();
     c.gpu_world.reset();
     finalize();
@@ -173,6 +234,11 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
   }
   std::vector<int> codes(ranks, 0);
   std::string host = host_name();
+  StopActors stop_actors;
+#ifdef TROUPE_HAVE_ACTORS
+  std::vector<std::shared_ptr<actors::Runtime>> runtimes;
+  if (actors_wanted()) runtimes = actors::start_local(ranks);
+#endif
   comm::run_local(ranks, [&](comm::ProcessGroupPtr pg) {
     Context c;
     c.rank = pg->rank();
@@ -182,6 +248,9 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
     c.host = host;
     c.device = Device(kCPU);
     c.world = pg;
+#ifdef TROUPE_HAVE_ACTORS
+    if (!runtimes.empty()) c.actor_runtime = runtimes[c.rank];
+#endif
     attach_gpus(c);
     announce(c);
     codes[c.rank] = main_fn(c);

@@ -11,10 +11,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <troupe/comm/process_group.h>
 #include <troupe/tensor/device.h>
+
+namespace troupe::actors {
+class Runtime;  // <troupe/actors/runtime.h>
+}
 
 namespace troupe::launch {
 
@@ -38,20 +43,31 @@ struct Context {
   /// With GPUs (and NCCL built in): the same ranks as an NCCL group on `device`, for CUDA tensors (its
   /// unique id travels over `world`); null otherwise. TROUPE_NO_NCCL=1 turns it off.
   comm::ProcessGroupPtr gpu_world;
+  /// This rank's actor runtime (one CAF actor system per process, shared by the ranks of --ranks N;
+  /// under mpirun connected to the other processes'); null when troupe was built without CAF or with
+  /// TROUPE_ACTORS=0.
+  std::shared_ptr<actors::Runtime> actor_runtime;
+
+  /// *actor_runtime (include <troupe/actors/runtime.h> to use it); throws when there is none.
+  actors::Runtime& actors() const;
 };
 
 /// Sets up this process's world: over MPI when started by mpirun (OMPI_COMM_WORLD_RANK / SIZE /
-/// LOCAL_RANK set), else a `local` group of one rank. Sets comm::world(), prints
+/// LOCAL_RANK set), else a `local` group of one rank. Starts the process's actor system (connected to
+/// the other ranks' under mpirun; TROUPE_ACTORS=0 leaves it off). Sets comm::world(), prints
 /// "[troupe] rank 0/2 backend mpi device cpu host <hostname>" and registers finalize() with atexit.
 /// Calling it again returns the same world.
 Context init(int& argc, char**& argv);
 
-/// Barrier on the world, then MPI_Finalize when MPI is in use; clears comm::world(). Idempotent.
+/// Barrier on the world, stops the actor system, then MPI_Finalize when MPI is in use; clears
+/// comm::world(). Idempotent. Runs by itself when the thread that called init() is the main thread and
+/// it ends (main returns), else at exit.
 void finalize();
 
 /// Runs main_fn once per rank and returns the largest exit code. Takes `--ranks N` (or --ranks=N) out
 /// of argv: without mpirun, main_fn then runs on N threads forming a `local` world of N (each thread
-/// gets its own Context and comm::world()); under mpirun it runs once per process. An exception in a
+/// gets its own Context and comm::world(), and every rank's actor runtime shares one actor system, stopped
+/// once the threads end); under mpirun it runs once per process. An exception in a
 /// rank propagates (with threads: the first one, naming its rank, once every thread ended).
 int run(int argc, char** argv, std::function<int(Context&)> main_fn);
 

@@ -19,7 +19,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config
   libopenblas-dev
   libopenmpi-dev openmpi-bin
-  libcaf-dev libcereal-dev
+  libcaf-dev libssl-dev libcereal-dev
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
 )

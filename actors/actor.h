@@ -1,0 +1,152 @@
+// Actor: the base of troupe's actors, and the factory registry that spawn_on builds them from. An actor
+// handles one message at a time; its handlers are named methods with typed arguments (converted from
+// the message's Values). The same binary runs on every rank, so a factory registered by name at start-up
+// exists on every rank.
+//
+//   struct Counter : actors::Actor {
+//     int64_t n = 0;
+//     explicit Counter(int64_t start) : n(start) {
+//       handle("add", [this](int64_t k) { return n += k; });
+//       handle("get", [this] { return n; });
+//     }
+//   };
+//   actors::register_actor<Counter, int64_t>("Counter");    // before spawn_on, on every rank
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <troupe/actors/value.h>
+
+namespace troupe::actors {
+
+namespace detail {
+struct ActorAccess;
+
+template <class F>
+struct fn_traits : fn_traits<decltype(&F::operator())> {};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...) const> {
+  using result = R;
+  using args = std::tuple<std::decay_t<A>...>;
+};
+template <class C, class R, class... A>
+struct fn_traits<R (C::*)(A...)> : fn_traits<R (C::*)(A...) const> {};
+template <class R, class... A>
+struct fn_traits<R (*)(A...)> : fn_traits<R (std::function<void()>::*)(A...) const> {};
+
+/// ActorError "takes N argument(s), got M".
+[[noreturn]] void throw_arity(const std::string& method, size_t want, size_t got);
+/// Rethrows a conversion error of argument `i` with its position.
+[[noreturn]] void throw_argument(const std::string& method, size_t i, const std::exception& e);
+
+template <class Tuple, size_t... I, class F>
+Value invoke_with(const std::string& method, F& fn, const List& args, std::index_sequence<I...>) {
+  Tuple typed;
+  auto convert = [&](auto idx) {
+    constexpr size_t i = decltype(idx)::value;
+    try {
+      std::get<i>(typed) = from_value<std::tuple_element_t<i, Tuple>>(args[i]);
+    } catch (const std::exception& e) {
+      throw_argument(method, i, e);
+    }
+  };
+  (convert(std::integral_constant<size_t, I>{}), ...);
+  (void)convert;  // no arguments
+  using R = decltype(fn(std::move(std::get<I>(typed))...));
+  if constexpr (std::is_void_v<R>) {
+    fn(std::move(std::get<I>(typed))...);
+    return Value();
+  } else {
+    return to_value(fn(std::move(std::get<I>(typed))...));
+  }
+}
+template <class T, class Tuple, size_t... I>
+std::unique_ptr<T> construct(const std::string& what, const List& args, std::index_sequence<I...>) {
+  Tuple typed;
+  auto convert = [&](auto idx) {
+    constexpr size_t i = decltype(idx)::value;
+    try {
+      std::get<i>(typed) = from_value<std::tuple_element_t<i, Tuple>>(args[i]);
+    } catch (const std::exception& e) {
+      throw_argument(what, i, e);
+    }
+  };
+  (convert(std::integral_constant<size_t, I>{}), ...);
+  (void)convert;  // no arguments
+  return std::make_unique<T>(std::move(std::get<I>(typed))...);
+}
+}  // namespace detail
+
+/// A method of an actor: the message's arguments in, the reply out.
+using Handler = std::function<Value(const List& args)>;
+
+/// Base class of actors. Handlers registered with handle() run one at a time on the actor; an exception
+/// thrown by one reaches the caller's Future with its text, the actor's name, rank and the method.
+class Actor {
+ public:
+  virtual ~Actor() = default;
+  /// This actor's handle (valid once spawned, i.e. in every handler; not in the constructor).
+  const ActorRef& self() const { return self_; }
+  /// The rank this actor lives on.
+  int rank() const { return self_.rank(); }
+  /// This actor's name.
+  const std::string& name() const { return self_.name(); }
+  /// The names of its methods, sorted.
+  std::vector<std::string> methods() const;
+
+ protected:
+  /// Registers `method`: fn's parameters are converted from the message's Values (bool, integers,
+  /// double, std::string, Tensor, ActorRef, vectors, maps, Value, List), its result to the reply.
+  template <class F>
+  void handle(const std::string& method, F fn) {
+    using Args = typename detail::fn_traits<std::decay_t<F>>::args;
+    constexpr size_t n = std::tuple_size_v<Args>;
+    handlers_[method] = [method, fn = std::move(fn)](const List& args) mutable -> Value {
+      if (args.size() != n) detail::throw_arity(method, n, args.size());
+      return detail::invoke_with<Args>(method, fn, args, std::make_index_sequence<n>{});
+    };
+  }
+  /// Registers `method` with a handler that takes the raw argument list.
+  void handle_list(const std::string& method, Handler fn) { handlers_[method] = std::move(fn); }
+  /// Runs this actor on a thread of its own (call it in the constructor). For actors whose handlers wait
+  /// on other actors' replies: a handler that waits holds its thread, and the shared scheduler has 4
+  /// (TROUPE_ACTOR_THREADS), so chains of waiting handlers deeper than that would wait until timeout.
+  void use_own_thread() { own_thread_ = true; }
+
+ private:
+  friend struct detail::ActorAccess;
+  std::unordered_map<std::string, Handler> handlers_;
+  ActorRef self_;
+  bool own_thread_ = false;
+};
+
+/// Builds an actor from spawn_on's arguments.
+using Factory = std::function<std::unique_ptr<Actor>(const List& args)>;
+
+/// Registers `factory` under `name` in this process's registry (replacing one of that name). Every rank
+/// must register the same names (same binary): spawn_on(rank, ...) builds the actor on `rank`.
+void register_factory(const std::string& name, Factory factory);
+/// The registered factory names, sorted.
+std::vector<std::string> factory_names();
+/// True when `name` is registered.
+bool has_factory(const std::string& name);
+
+/// Registers T built as T(A...) from spawn_on's arguments (converted from Values).
+template <class T, class... A>
+void register_actor(const std::string& name) {
+  register_factory(name, [name](const List& args) -> std::unique_ptr<Actor> {
+    const std::string what = "factory '" + name + "'";
+    if (args.size() != sizeof...(A)) detail::throw_arity(what, sizeof...(A), args.size());
+    return detail::construct<T, std::tuple<A...>>(what, args, std::index_sequence_for<A...>{});
+  });
+}
+
+}  // namespace troupe::actors

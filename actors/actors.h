@@ -1,0 +1,8 @@
+// The actor layer's public API: Value and ActorRef (value.h), Future (future.h), Actor and the factory
+// registry (actor.h), Runtime (runtime.h). CAF-free.
+#pragma once
+
+#include <troupe/actors/actor.h>
+#include <troupe/actors/future.h>
+#include <troupe/actors/runtime.h>
+#include <troupe/actors/value.h>

@@ -1,0 +1,179 @@
+// Future<T>: the result of a request to an actor, CAF-free. Every wait is bounded: by the request's own
+// deadline (ActorRef::timeout(), default_timeout()), past which the request fails naming the actor, its
+// rank and the method. `then(fn)` chains work that runs when the result arrives.
+//
+//   Future<int64_t> f = counter.request<int64_t>("add", 5);
+//   auto g = f.then([](int64_t n) { return 2 * n; });   // Future<int64_t>
+//   int64_t v = g.get();                                // throws ActorError on failure or timeout
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <troupe/actors/value.h>
+
+namespace troupe::actors {
+namespace detail {
+
+/// The shared state of one request: completed once (a value or an error), by the reply, by the peer's
+/// death or by the deadline, whichever comes first.
+class CallState {
+ public:
+  using Clock = std::chrono::steady_clock;
+  /// `what`: "request 'add' to actor 'counter' (rank 1)"; `deadline`: when it fails unanswered.
+  CallState(std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout)
+      : what_(std::move(what)), deadline_(deadline), timeout_(timeout) {}
+  /// Completes with a value; false when it was already complete.
+  bool complete(Value v);
+  /// Completes with an error (the full text thrown to waiters); false when it was already complete.
+  bool fail(std::string error);
+  /// Fails with the timeout error unless complete; false when it was already complete.
+  bool expire();
+  /// True once complete.
+  bool done() const;
+  /// Waits until complete or `tp`; true when complete.
+  bool wait_until(Clock::time_point tp) const;
+  /// Runs `fn` once complete (at once, on this thread, if it is; else on the completing thread).
+  void on_done(std::function<void()> fn);
+  /// True when it completed with an error.
+  bool failed() const;
+  /// The value (valid once done() and !failed()).
+  const Value& value() const { return value_; }
+  /// The error text (valid once failed()).
+  const std::string& error() const { return error_; }
+  /// What the request was, for error texts.
+  const std::string& what() const { return what_; }
+  /// When the request fails unanswered.
+  Clock::time_point deadline() const { return deadline_; }
+  /// The request's timeout.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  bool finish(bool failed, Value v, std::string error);
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  bool failed_ = false;
+  Value value_;
+  std::string error_;
+  std::vector<std::function<void()>> callbacks_;
+  std::string what_;
+  Clock::time_point deadline_;
+  std::chrono::milliseconds timeout_;
+};
+using CallStatePtr = std::shared_ptr<CallState>;
+
+/// Converts a completed state's value to T, or throws ActorError naming the request.
+template <class T>
+T result_as(const CallState& s) {
+  try {
+    return from_value<T>(s.value());
+  } catch (const ActorError& e) {
+    throw ActorError("[actors] " + s.what() + ": result: " + e.what());
+  }
+}
+
+/// Sends method(args) to `to`; with want_reply, registers it and returns its state (else null).
+CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply);
+
+}  // namespace detail
+
+/// The result of a request, of type T (void: none).
+template <class T>
+class Future {
+ public:
+  /// An empty future (valid() is false).
+  Future() = default;
+  /// @private
+  explicit Future(detail::CallStatePtr s) : s_(std::move(s)) {}
+
+  /// True when it belongs to a request.
+  bool valid() const { return s_ != nullptr; }
+  /// True once the result (or the error) is there; never blocks.
+  bool ready() const { return s_ && s_->done(); }
+  /// Waits at most `d` (and never past the request's deadline); true when the result or error is there.
+  /// Never throws.
+  bool wait_for(std::chrono::milliseconds d) const {
+    auto tp = std::min(detail::CallState::Clock::now() + d, s_->deadline());
+    if (s_->wait_until(tp)) return true;
+    if (detail::CallState::Clock::now() >= s_->deadline()) s_->expire();
+    return s_->done();
+  }
+  /// Waits for the result, at most until the request's deadline; throws ActorError if the request
+  /// failed, timed out or its actor is gone.
+  void wait() const {
+    if (!s_) throw ActorError("[actors] wait() on an empty Future");
+    if (!s_->wait_until(s_->deadline())) s_->expire();
+    if (s_->failed()) throw ActorError(s_->error());
+  }
+  /// wait(), then the result.
+  T get() const {
+    wait();
+    if constexpr (std::is_void_v<T>) {
+      return;
+    } else {
+      return detail::result_as<T>(*s_);
+    }
+  }
+  /// A Future of fn(result) (fn() for Future<void>), completed on the thread that completes this one
+  /// (fn must not block); an error of this one, or an exception of fn, fails it.
+  template <class F>
+  auto then(F fn) const {
+    using R = decltype(call(fn, std::declval<const detail::CallState&>()));
+    auto next = std::make_shared<detail::CallState>(s_->what(), s_->deadline(), s_->timeout());
+    s_->on_done([s = s_, next, fn = std::move(fn)]() mutable {
+      if (s->failed()) {
+        next->fail(s->error());
+        return;
+      }
+      try {
+        if constexpr (std::is_void_v<R>) {
+          call(fn, *s);
+          next->complete(Value());
+        } else {
+          next->complete(to_value(call(fn, *s)));
+        }
+      } catch (const std::exception& e) {
+        next->fail("[actors] " + s->what() + ": its continuation threw: " + e.what());
+      }
+    });
+    return Future<R>(next);
+  }
+
+ private:
+  template <class F>
+  static decltype(auto) call(F& fn, const detail::CallState& s) {
+    if constexpr (std::is_void_v<T>) {
+      return fn();
+    } else {
+      return fn(detail::result_as<T>(s));
+    }
+  }
+
+  detail::CallStatePtr s_;
+};
+
+template <class R>
+Future<R> ActorRef::request_list(const std::string& method, List args) const {
+  return Future<R>(detail::issue(*this, method, std::move(args), true));
+}
+
+template <class R, class... A>
+Future<R> ActorRef::request(const std::string& method, A&&... args) const {
+  return request_list<R>(method, List{to_value(std::forward<A>(args))...});
+}
+
+template <class... A>
+void ActorRef::send(const std::string& method, A&&... args) const {
+  detail::issue(*this, method, List{to_value(std::forward<A>(args))...}, false);
+}
+
+}  // namespace troupe::actors

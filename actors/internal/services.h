@@ -1,0 +1,31 @@
+// Private, CAF-free: what the rank service actor (rank_service.cpp) needs of the process's actor system
+// (system.cpp), and the Actor internals both use.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <troupe/actors/actor.h>
+#include <troupe/actors/value.h>
+
+namespace troupe::actors::detail {
+
+/// Reaches into Actor (its handlers and self handle).
+struct ActorAccess {
+  static std::unordered_map<std::string, Handler>& handlers(Actor& a) { return a.handlers_; }
+  static void set_self(Actor& a, ActorRef r) { a.self_ = std::move(r); }
+  static bool own_thread(const Actor& a) { return a.own_thread_; }
+};
+
+/// The factory registered as `name`, or null (value.cpp).
+Factory find_factory(const std::string& name);
+/// Spawns `actor` as `name` on `rank` (a rank of this process) and returns its handle.
+ActorRef spawn_host(int rank, const std::string& name, std::unique_ptr<Actor> actor);
+/// Records `ref` as rank `rank`'s service actor (the "hello" of a connecting rank).
+void set_service(int rank, const ActorRef& ref);
+/// The rank service actor of `rank` (service.cpp), built for this process's system.
+std::unique_ptr<Actor> make_rank_service(int rank);
+/// The name of rank r's service actor: "troupe.rank<r>".
+std::string service_name(int rank);
+
+}  // namespace troupe::actors::detail

@@ -1,0 +1,151 @@
+// The CAF-free parts of the actor layer: Value kinds, timeouts, CallState, the factory registry.
+#include <troupe/actors/actor.h>
+#include <troupe/actors/future.h>
+#include <troupe/actors/value.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+
+namespace troupe::actors {
+
+const char* value_kind_name(size_t index) {
+  static const char* names[] = {"none", "bool", "int", "float", "string", "Tensor", "ActorRef", "list"};
+  return index < 8 ? names[index] : "?";
+}
+
+const char* Value::kind() const { return value_kind_name(v_.index()); }
+
+namespace detail {
+void throw_kind_mismatch(const char* expected, const Value& got) {
+  throw ActorError(std::string("expected ") + expected + ", got " + got.kind());
+}
+
+void throw_arity(const std::string& method, size_t want, size_t got) {
+  throw ActorError("'" + method + "' takes " + std::to_string(want) + " argument" + (want == 1 ? "" : "s") +
+                   ", got " + std::to_string(got));
+}
+
+void throw_argument(const std::string& method, size_t i, const std::exception& e) {
+  throw ActorError("'" + method + "' argument " + std::to_string(i) + ": " + e.what());
+}
+}  // namespace detail
+
+// ---- timeouts
+
+namespace {
+std::chrono::milliseconds timeout_from_env() {
+  const char* v = std::getenv("TROUPE_ACTOR_TIMEOUT");
+  if (v && *v) {
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    if (end != v && s > 0) return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  return std::chrono::seconds(60);
+}
+std::atomic<int64_t> g_timeout_ms{timeout_from_env().count()};
+}  // namespace
+
+std::chrono::milliseconds default_timeout() { return std::chrono::milliseconds(g_timeout_ms.load()); }
+void set_default_timeout(std::chrono::milliseconds t) { g_timeout_ms.store(t.count()); }
+
+// ---- CallState
+
+namespace detail {
+
+bool CallState::finish(bool failed, Value v, std::string error) {
+  std::vector<std::function<void()>> cbs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (done_) return false;
+    done_ = true;
+    failed_ = failed;
+    value_ = std::move(v);
+    error_ = std::move(error);
+    cbs.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& f : cbs) f();
+  return true;
+}
+
+bool CallState::complete(Value v) { return finish(false, std::move(v), {}); }
+bool CallState::fail(std::string error) { return finish(true, Value(), std::move(error)); }
+bool CallState::expire() {
+  return fail("[actors] " + what_ + " timed out after " + std::to_string(timeout_.count()) +
+              " ms (no reply; TROUPE_ACTOR_TIMEOUT sets the default, in seconds)");
+}
+
+bool CallState::done() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return done_;
+}
+
+bool CallState::failed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return failed_;
+}
+
+bool CallState::wait_until(Clock::time_point tp) const {
+  std::unique_lock<std::mutex> g(mu_);
+  return cv_.wait_until(g, tp, [&] { return done_; });
+}
+
+void CallState::on_done(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!done_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+}  // namespace detail
+
+// ---- Actor and the factory registry
+
+std::vector<std::string> Actor::methods() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : handlers_) out.push_back(k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+std::mutex g_registry_mu;
+std::map<std::string, Factory>& registry() {
+  static std::map<std::string, Factory> r;
+  return r;
+}
+}  // namespace
+
+void register_factory(const std::string& name, Factory factory) {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  registry()[name] = std::move(factory);
+}
+
+std::vector<std::string> factory_names() {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  std::vector<std::string> out;
+  for (const auto& [k, v] : registry()) out.push_back(k);
+  return out;
+}
+
+bool has_factory(const std::string& name) {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  return registry().count(name) != 0;
+}
+
+namespace detail {
+/// The factory registered as `name`, or null.
+Factory find_factory(const std::string& name) {
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  auto it = registry().find(name);
+  return it == registry().end() ? Factory() : it->second;
+}
+}  // namespace detail
+
+}  // namespace troupe::actors

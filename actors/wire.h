@@ -1,0 +1,45 @@
+// The wire format of a message's Values (CAF-free): one contiguous blob, a tensor as dtype, shape and
+// its bytes in one piece (never element by element). The decoder checks every size against the bytes
+// that remain before it allocates, and throws ActorError on anything malformed.
+//
+//   blob   := magic u32 ("TRA1"), count u32, value*count
+//   value  := tag u8, then: none | bool u8 | int i64 | float f64 | string (len u64, bytes)
+//             | Tensor (dtype u8: 255 undefined; ndim u8; dims i64*ndim; bytes numel*element_size)
+//             | ActorRef (index u32 into the message's handles, rank i32, name as a string)
+//             | list (count u32, value*count)        (little-endian; lists nest at most 32 deep)
+//             | data-plane Tensor (tag 8: dtype u8, ndim u8, dims i64*ndim, id i64): its bytes travel
+//               beside the message (comm point to point, matched by the id)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <troupe/actors/value.h>
+
+namespace troupe::actors::wire {
+
+/// Gives an ActorRef's handle an index in the message's side list of actor handles.
+using RefEncoder = std::function<uint32_t(const ActorRef&)>;
+/// Rebuilds an ActorRef from its index in the side list, its name and rank.
+using RefDecoder = std::function<ActorRef(uint32_t index, std::string name, int rank)>;
+
+/// For a tensor about to be encoded: the id under which its bytes travel on the data plane, or -1 to put
+/// them in the blob.
+using TensorOffloader = std::function<int64_t(const Tensor&)>;
+/// For a data-plane tensor being decoded: the tensor (of that dtype and shape) its bytes will land in.
+using TensorFetcher = std::function<Tensor(ScalarType dtype, const std::vector<int64_t>& shape, int64_t id)>;
+/// Largest tensor a data-plane record may announce (the decoder refuses more before allocating).
+inline constexpr uint64_t kMaxDataPlaneBytes = uint64_t{1} << 36;
+
+/// Appends `values` to `out`.
+void encode(const List& values, std::string& out, const RefEncoder& refs, const TensorOffloader& offload = {});
+/// Decodes a whole blob; ActorError on a malformed or truncated one, or trailing bytes. A data-plane
+/// tensor without `fetch` is an error.
+List decode(const char* data, size_t size, const RefDecoder& refs, const TensorFetcher& fetch = {});
+/// Fuzz entry point: decodes arbitrary bytes (ActorRefs as empty handles); true when they were a valid
+/// blob. Never crashes, never allocates more than the input's size allows.
+bool fuzz_decode(const uint8_t* data, size_t size);
+
+}  // namespace troupe::actors::wire

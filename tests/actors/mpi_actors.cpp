@@ -1,0 +1,228 @@
+// actors_mpi_tests: the actor runtime across processes (ctest actors_mpi_np2 / np3 run it under mpirun):
+// every wire type crosses a real connection, errors and dead actors reach the caller, ActorRefs travel
+// between ranks, the data plane, the gate. Skipped without mpirun. Every rank runs every test, in the
+// same order (start-up is collective).
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <troupe/actors/auth.h>
+
+#include <troupe/tensor/ops.h>
+
+#include "actors_helpers.h"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::actors::testing;
+
+namespace {
+
+bool g_inited = false;
+
+launch::Context& mpi_context() {
+  static launch::Context ctx = [] {
+    g_inited = true;
+    register_test_actors();
+    int argc = 1;
+    std::string a0 = "actors_tests";
+    char* args[] = {a0.data(), nullptr};
+    char** argv = args;
+    return launch::init(argc, argv);
+  }();
+  return ctx;
+}
+
+// launch::finalize once the tests ran, while everything is alive (launch would otherwise do it when the
+// main thread ends).
+class FinalizeBeforeExit : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (g_inited) launch::finalize();
+  }
+};
+[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new FinalizeBeforeExit);
+
+#define MPI_ONLY()                                                                 \
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "needs mpirun";        \
+  launch::Context& ctx = mpi_context();                                            \
+  Runtime& rt = ctx.actors();                                                      \
+  (void)rt
+
+}  // namespace
+
+TEST(MpiActors, ConnectedToEveryRank) {
+  MPI_ONLY();
+  EXPECT_TRUE(rt.networked());
+  EXPECT_EQ(rt.size(), ctx.size);
+  for (int r = 0; r < ctx.size; ++r) EXPECT_EQ(rt.service(r).request<int64_t>("ping").get(), r);
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, SpawnOnTheNextRankAndCallFromEveryRank) {
+  MPI_ONLY();
+  const int n = ctx.size;
+  ActorRef mine = rt.spawn_on((ctx.rank + 1) % n, "m" + std::to_string(ctx.rank), "Counter", ctx.rank);
+  EXPECT_EQ(mine.rank(), (ctx.rank + 1) % n);
+  EXPECT_EQ(mine.request<int64_t>("where").get(), (ctx.rank + 1) % n);
+  ctx.world->barrier();
+  // Every rank adds 1 to every counter: each ends at its start + n.
+  for (int r = 0; r < n; ++r) rt.lookup("m" + std::to_string(r)).request<int64_t>("add", 1).get();
+  ctx.world->barrier();
+  int64_t sum = 0;
+  for (int r = 0; r < n; ++r) sum += rt.lookup("m" + std::to_string(r)).request<int64_t>("get").get();
+  EXPECT_EQ(sum, int64_t{n} * (n - 1) / 2 + int64_t{n} * n);
+  auto names = rt.names();
+  EXPECT_EQ(names.size(), static_cast<size_t>(n));
+  ctx.world->barrier();
+  mine.stop();
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, EveryWireTypeCrossesAConnection) {
+  MPI_ONLY();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "echo" + std::to_string(ctx.rank), "Counter", 0);
+  auto round = [&](const Value& v) { return echo.request<Value>("echo", v).get(); };
+  EXPECT_TRUE(round(Value()).is_none());
+  EXPECT_EQ(round(Value(true)).as<bool>(), true);
+  EXPECT_EQ(round(Value(int64_t{-(int64_t{1} << 60)})).as<int64_t>(), -(int64_t{1} << 60));
+  EXPECT_EQ(round(Value(0.1)).as<double>(), 0.1);
+  EXPECT_EQ(round(Value(std::string("a\0b", 3))).as<std::string>(), std::string("a\0b", 3));
+  for (ScalarType dt : {kBool, kByte, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64}) {
+    Tensor t = arange(24, TensorOptions().dtype(kFloat64)).reshape({2, 3, 4}).to(dt);
+    Tensor back = round(Value(t)).as<Tensor>();
+    EXPECT_EQ(back.dtype(), dt);
+    EXPECT_EQ(back.sizes().vec(), t.sizes().vec());
+    EXPECT_TRUE(equal(back, t)) << dtype_name(dt);
+  }
+  Tensor strided = arange(6, TensorOptions().dtype(kFloat64)).reshape({2, 3}).t();
+  EXPECT_TRUE(equal(round(Value(strided)).as<Tensor>(), strided));
+  EXPECT_EQ(round(Value(zeros({0, 3}))).as<Tensor>().sizes().vec(), (std::vector<int64_t>{0, 3}));
+  EXPECT_FALSE(round(Value(Tensor())).as<Tensor>().defined());
+  Tensor big = randn({1024, 1024});  // 4 MB
+  EXPECT_TRUE(equal(round(Value(big)).as<Tensor>(), big));
+  // An ActorRef comes back as the same actor, usable from here.
+  ActorRef back = round(Value(echo)).as<ActorRef>();
+  EXPECT_EQ(back, echo);
+  EXPECT_EQ(back.name(), echo.name());
+  EXPECT_EQ(back.request<int64_t>("where").get(), peer);
+  // Nested lists, and the typed forms built on them.
+  List nested{Value(int64_t{1}), Value(List{Value("x"), Value(ones({2}))}), Value(echo)};
+  List got = round(Value(nested)).as<List>();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].as<List>()[0].as<std::string>(), "x");
+  EXPECT_EQ(got[2].as<ActorRef>(), echo);
+  std::map<std::string, Tensor> sd{{"w", ones({2, 2})}, {"b", zeros({2})}};
+  auto sd_back = from_value<std::map<std::string, Tensor>>(round(to_value(sd)));
+  EXPECT_TRUE(equal(sd_back.at("w"), sd.at("w")));
+  // The reply wire type with an error, and one-way Calls (id 0).
+  std::string e = error_of([&] { echo.request<int64_t>("fail", "remote").get(); });
+  EXPECT_TRUE(contains(e, "counter refused: remote") && contains(e, "rank " + std::to_string(peer))) << e;
+  for (int i = 0; i < 100; ++i) echo.send("append", i);
+  auto seen = echo.request<std::vector<int64_t>>("seen").get();
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
+  ctx.world->barrier();
+  echo.stop();
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, TensorsOnTheDataPlane) {
+  MPI_ONLY();
+  const int64_t saved = data_plane_bytes();
+  EXPECT_EQ(saved, int64_t{1} << 20);
+  set_data_plane_bytes(1);  // every tensor beside the message, both ways (each rank sets it for its sends)
+  ctx.world->barrier();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "dp" + std::to_string(ctx.rank), "Counter", 0);
+  Tensor a = arange(12, TensorOptions().dtype(kFloat64)).reshape({3, 4});
+  Tensor b = ones({5}, TensorOptions().dtype(kInt32));
+  List in{Value(a), Value(List{Value(b), Value(a.t()), Value("text")}), Value(a), Value(Tensor()), Value(zeros({0}))};
+  List out = echo.request<Value>("echo", Value(in)).get().as<List>();
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_TRUE(equal(out[0].as<Tensor>(), a));
+  EXPECT_TRUE(equal(out[1].as<List>()[0].as<Tensor>(), b));
+  EXPECT_TRUE(equal(out[1].as<List>()[1].as<Tensor>(), a.t()));
+  EXPECT_EQ(out[1].as<List>()[2].as<std::string>(), "text");
+  EXPECT_TRUE(equal(out[2].as<Tensor>(), a));
+  EXPECT_FALSE(out[3].as<Tensor>().defined());
+  EXPECT_EQ(out[4].as<Tensor>().numel(), 0);
+  Tensor s = echo.request<Tensor>("scale", a, 3.0).get();
+  EXPECT_TRUE(equal(s, a * 3.0));
+  ctx.world->barrier();
+  set_data_plane_bytes(saved);
+  echo.stop();
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, AHandleForwardedToAThirdRankWorks) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    const int last = ctx.size - 1;
+    ActorRef a = rt.spawn_on(1 % ctx.size, "fwd_a", "Counter", 100);
+    ActorRef b = rt.spawn_on(last, "fwd_b", "Counter", 0);
+    EXPECT_EQ(b.request<int64_t>("call_other", a, "add", 7).get(), 107);
+    EXPECT_EQ(a.request<int64_t>("get").get(), 107);
+    a.stop();
+    b.stop();
+  }
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, ARemoteActorThatStopsFailsPendingAndLaterCalls) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    ActorRef c = rt.spawn_on(1, "remote_mortal", "Counter", 0);
+    auto busy = c.request<int64_t>("sleep_ms", 100);
+    c.stop();
+    auto queued = c.request<int64_t>("get");
+    auto t0 = std::chrono::steady_clock::now();
+    std::string e = error_of([&] { queued.get(); });
+    EXPECT_TRUE(contains(e, "'remote_mortal' (rank 1)") && contains(e, "gone")) << e;
+    e = error_of([&] { c.request<int64_t>("get").get(); });
+    EXPECT_TRUE(contains(e, "gone")) << e;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, AConnectionWithoutTheJobsSecretIsRefused) {
+  MPI_ONLY();
+  if (ctx.rank == 1) {
+    // A raw client that tries rank 0's endpoint with a secret of its own.
+    std::string ep = rt.endpoint(0);
+    auto colon = ep.rfind(':');
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(colon + 1))));
+    inet_pton(AF_INET, ep.substr(0, colon).c_str(), &a.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << ep;
+    EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
+    ::close(fd);
+  }
+  ctx.world->barrier();
+  if (ctx.rank == 0) {
+    for (int i = 0; i < 100 && rt.gate_counts().first < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(rt.gate_counts().first, 1);
+    EXPECT_EQ(rt.gate_counts().second, ctx.size - 1);  // every higher rank, once
+  }
+  // The ranks still talk.
+  for (int r = 0; r < ctx.size; ++r) EXPECT_EQ(rt.service(r).request<int64_t>("ping").get(), r);
+  ctx.world->barrier();
+}
+
+TEST(MpiActors, UnknownFactoryNamesTheRegistryAcrossProcesses) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    std::string e = error_of([&] { rt.spawn_on(ctx.size - 1, "x", "Nope"); });
+    EXPECT_TRUE(contains(e, "no factory 'Nope'") && contains(e, "Counter")) << e;
+  }
+  ctx.world->barrier();
+}

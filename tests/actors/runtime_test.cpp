@@ -1,0 +1,248 @@
+// The actor runtime with ranks as threads of one process (launch::run --ranks N): spawn_on, typed
+// requests and futures, the directory, ordering, tensors by handle, errors and timeouts.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include <troupe/tensor/ops.h>
+
+#include "actors_helpers.h"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::actors::testing;
+
+TEST(ActorsRuntime, SpawnOnAnotherRankAndRequest) {
+  on_ranks(2, [](launch::Context& ctx) {
+    auto& rt = ctx.actors();
+    EXPECT_FALSE(rt.networked());
+    EXPECT_EQ(rt.rank(), ctx.rank);
+    EXPECT_EQ(rt.size(), 2);
+    if (ctx.rank == 0) {
+      ActorRef c = rt.spawn_on(1, "counter", "Counter", 10);
+      EXPECT_EQ(c.name(), "counter");
+      EXPECT_EQ(c.rank(), 1);
+      EXPECT_EQ(c.request<int64_t>("add", 5).get(), 15);
+      EXPECT_EQ(c.request<int64_t>("where").get(), 1);
+      EXPECT_EQ(c.request<ActorRef>("whoami").get(), c);
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, EveryRankSpawnsOnItsNeighbourAndLooksUpAll) {
+  const int n = 3;
+  on_ranks(n, [&](launch::Context& ctx) {
+    auto& rt = ctx.actors();
+    const int next = (ctx.rank + 1) % n;
+    rt.spawn_on(next, "c" + std::to_string(ctx.rank), "Counter", ctx.rank);
+    ctx.world->barrier();
+    int64_t sum = 0;
+    for (int r = 0; r < n; ++r) {
+      ActorRef c = rt.lookup("c" + std::to_string(r));
+      EXPECT_EQ(c.rank(), (r + 1) % n);
+      sum += c.request<int64_t>("get").get();
+    }
+    EXPECT_EQ(sum, n * (n - 1) / 2);
+    auto names = rt.names();
+    EXPECT_EQ(names.size(), static_cast<size_t>(n));
+    EXPECT_TRUE(contains(names[0], "c2@0")) << names[0];
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, MessagesFromOneSenderArriveInOrder) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      ActorRef c = ctx.actors().spawn_on(1, "ordered", "Counter", 0);
+      const int64_t count = 2000;
+      for (int64_t i = 0; i < count; ++i) c.send("append", i);
+      auto seen = c.request<std::vector<int64_t>>("seen").get();
+      ASSERT_EQ(seen.size(), static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(seen[i], i);
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, OneMessageAtATime) {
+  // Many ranks add concurrently to one counter: no update is lost.
+  const int n = 4, adds = 300;
+  on_ranks(n, [&](launch::Context& ctx) {
+    if (ctx.rank == 0) ctx.actors().spawn_on(0, "shared", "Counter", 0);
+    ctx.world->barrier();
+    ActorRef c = ctx.actors().lookup("shared");
+    std::vector<Future<int64_t>> fs;
+    for (int i = 0; i < adds; ++i) fs.push_back(c.request<int64_t>("add", ctx.rank + 1));
+    for (auto& f : fs) f.get();
+    ctx.world->barrier();
+    EXPECT_EQ(c.request<int64_t>("get").get(), int64_t{adds} * n * (n + 1) / 2);
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, TensorsPassByHandleInOneProcess) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      ActorRef c = ctx.actors().spawn_on(1, "t", "Counter", 0);
+      Tensor t = arange(6, TensorOptions().dtype(kFloat64)).reshape({2, 3});
+      EXPECT_EQ(c.request<int64_t>("data_ptr", t).get(), static_cast<int64_t>(reinterpret_cast<intptr_t>(t.data_ptr())));
+      Tensor back = c.request<Tensor>("echo", t).get();
+      EXPECT_EQ(back.data_ptr(), t.data_ptr());
+      Tensor s = c.request<Tensor>("scale", t, 2.0).get();
+      EXPECT_TRUE(allclose(s, t * 2.0));
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, ActorRefsTravelInMessages) {
+  on_ranks(3, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto& rt = ctx.actors();
+      ActorRef a = rt.spawn_on(1, "a", "Counter", 100);
+      ActorRef b = rt.spawn_on(2, "b", "Counter", 0);
+      // b calls a (a nested request from inside a handler) with the handle it received.
+      EXPECT_EQ(b.request<int64_t>("call_other", a, "add", 7).get(), 107);
+      EXPECT_EQ(a.request<int64_t>("get").get(), 107);
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, ChainsOfWaitingHandlersOnThreadsOfTheirOwn) {
+  // 8 relays, each waiting in its handler on the next: deeper than the scheduler's 4 threads.
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      ActorRef next;
+      for (int i = 7; i >= 0; --i) next = ctx.actors().spawn_on(i % 2, "relay" + std::to_string(i), "Relay", true, next);
+      EXPECT_EQ(next.request<int64_t>("relay", 100).get(), 107);
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, FuturesThenAndWaitFor) {
+  on_ranks(1, [](launch::Context& ctx) {
+    ActorRef c = ctx.actors().spawn_on(0, "f", "Counter", 1);
+    auto doubled = c.request<int64_t>("add", 1).then([](int64_t v) { return 2 * v; });
+    EXPECT_EQ(doubled.get(), 4);
+    std::atomic<int> calls{0};
+    auto done = c.request<int64_t>("get").then([&](int64_t v) { calls += static_cast<int>(v); });
+    done.get();
+    EXPECT_EQ(calls.load(), 2);
+    auto slow = c.request<int64_t>("sleep_ms", 200);
+    EXPECT_FALSE(slow.wait_for(std::chrono::milliseconds(10)));
+    EXPECT_TRUE(slow.wait_for(std::chrono::seconds(5)));
+    EXPECT_EQ(slow.get(), 2);
+    // then() after the error: the error travels on.
+    auto failed = c.request<int64_t>("fail", "x").then([](int64_t v) { return v; });
+    EXPECT_TRUE(contains(error_of([&] { failed.get(); }), "counter refused: x"));
+  });
+}
+
+TEST(ActorsRuntime, HandlerExceptionNamesActorRankAndMethod) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      ActorRef c = ctx.actors().spawn_on(1, "grumpy", "Counter", 0);
+      std::string e = error_of([&] { c.request<int64_t>("fail", "too late").get(); });
+      EXPECT_TRUE(contains(e, "counter refused: too late")) << e;
+      EXPECT_TRUE(contains(e, "'grumpy' (rank 1)")) << e;
+      EXPECT_TRUE(contains(e, "request 'fail'")) << e;
+      // The actor still serves.
+      EXPECT_EQ(c.request<int64_t>("add", 3).get(), 3);
+      e = error_of([&] { c.request<int64_t>("no_such").get(); });
+      EXPECT_TRUE(contains(e, "no method 'no_such'") && contains(e, "add, append")) << e;
+      e = error_of([&] { c.request<int64_t>("add", "three").get(); });
+      EXPECT_TRUE(contains(e, "'add' argument 0: expected int, got string")) << e;
+      e = error_of([&] { c.request<int64_t>("add").get(); });
+      EXPECT_TRUE(contains(e, "'add' takes 1 argument, got 0")) << e;
+      e = error_of([&] { c.request<std::string>("get").get(); });
+      EXPECT_TRUE(contains(e, "expected string, got int")) << e;
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, SpawnErrorsNameTheRegistry) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto& rt = ctx.actors();
+      std::string e = error_of([&] { rt.spawn_on(1, "x", "NoSuchFactory"); });
+      EXPECT_TRUE(contains(e, "spawn_on(1, 'x', 'NoSuchFactory')")) << e;
+      EXPECT_TRUE(contains(e, "no factory 'NoSuchFactory'") && contains(e, "Counter, Relay, Throwing")) << e;
+      e = error_of([&] { rt.spawn_on(1, "y", "Throwing"); });
+      EXPECT_TRUE(contains(e, "no resources for Throwing")) << e;
+      e = error_of([&] { rt.spawn_on(1, "z", "Counter", "not a number"); });
+      EXPECT_TRUE(contains(e, "argument 0: expected int, got string")) << e;
+      rt.spawn_on(1, "dup", "Counter", 0);
+      e = error_of([&] { rt.spawn_on(1, "dup", "Counter", 0); });
+      EXPECT_TRUE(contains(e, "already has an actor named 'dup'")) << e;
+      e = error_of([&] { rt.spawn_on(5, "w", "Counter", 0); });
+      EXPECT_TRUE(contains(e, "rank 5 does not exist")) << e;
+      e = error_of([&] { rt.lookup("nobody"); });
+      EXPECT_TRUE(contains(e, "lookup('nobody')") && contains(e, "dup@1")) << e;
+      EXPECT_FALSE(rt.find("nobody").has_value());
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, RequestsTimeOutNamingTheActor) {
+  on_ranks(1, [](launch::Context& ctx) {
+    ActorRef c = ctx.actors().spawn_on(0, "slow", "Counter", 0).with_timeout(std::chrono::milliseconds(50));
+    auto t0 = std::chrono::steady_clock::now();
+    std::string e = error_of([&] { c.request<int64_t>("sleep_ms", 400).get(); });
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_TRUE(contains(e, "request 'sleep_ms' to actor 'slow' (rank 0) timed out after 50 ms")) << e;
+    EXPECT_LT(took, std::chrono::milliseconds(350));
+    // then() fires on the deadline too (the router's sweep), without anyone waiting.
+    std::atomic<bool> fired{false};
+    c.request<int64_t>("sleep_ms", 400).then([&](int64_t) {});
+    auto f = c.request<int64_t>("get").then([&](int64_t) { fired = true; });
+    EXPECT_TRUE(f.wait_for(std::chrono::seconds(2)));
+    EXPECT_FALSE(fired.load());
+  });
+}
+
+TEST(ActorsRuntime, StoppedActorFailsPendingAndLaterRequests) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto& rt = ctx.actors();
+      ActorRef c = rt.spawn_on(1, "mortal", "Counter", 0);
+      auto busy = c.request<int64_t>("sleep_ms", 100);
+      c.stop();  // reaches the actor after sleep_ms, before what follows
+      auto queued = c.request<int64_t>("get");
+      auto t0 = std::chrono::steady_clock::now();
+      std::string e = error_of([&] { queued.get(); });
+      EXPECT_TRUE(contains(e, "'mortal' (rank 1)") && contains(e, "gone")) << e;
+      e = error_of([&] { c.request<int64_t>("get").get(); });
+      EXPECT_TRUE(contains(e, "request 'get' to actor 'mortal' (rank 1) failed: the actor is gone")) << e;
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+      busy.wait_for(std::chrono::seconds(5));
+      // Its name is free again once the rank has forgotten it.
+      for (int i = 0; i < 100 && rt.find("mortal"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_FALSE(rt.find("mortal").has_value());
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(ActorsRuntime, NoRuntimeIsAClearError) {
+  ActorRef empty;
+  std::string e = error_of([&] { empty.request<int64_t>("get").get(); });
+  EXPECT_TRUE(contains(e, "no actor runtime runs in this process")) << e;
+  EXPECT_FALSE(actors::running());
+}
+
+TEST(ActorsRuntime, StartsAndStopsRepeatedly) {
+  for (int i = 0; i < 5; ++i) {
+    on_ranks(2, [](launch::Context& ctx) {
+      if (ctx.rank == 1) {
+        EXPECT_EQ(ctx.actors().spawn_on(0, "c", "Counter", 41).request<int64_t>("add", 1).get(), 42);
+      }
+      ctx.world->barrier();
+    });
+  }
+  EXPECT_FALSE(actors::running());
+}

@@ -1,0 +1,154 @@
+// The Values codec (actors/wire.h) and the C++ <-> Value conversions: every kind round-trips, and every
+// malformed blob (truncated anywhere, sizes that lie) is refused with ActorError before any allocation.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include <troupe/actors/value.h>
+#include <troupe/actors/wire.h>
+#include <troupe/tensor/ops.h>
+
+using namespace troupe;
+using namespace troupe::actors;
+
+namespace {
+
+List every_kind() {
+  List l;
+  l.push_back(Value());
+  l.push_back(Value(true));
+  l.push_back(Value(int64_t{-1234567890123}));
+  l.push_back(Value(3.25));
+  l.push_back(Value(std::string("hello\0world", 11)));
+  l.push_back(Value(arange(12, TensorOptions().dtype(kFloat32)).reshape({3, 4})));
+  l.push_back(Value(full({2, 2}, 7, TensorOptions().dtype(kInt64))));
+  l.push_back(Value(zeros({0, 5}, TensorOptions().dtype(kFloat64))));
+  l.push_back(Value(Tensor()));
+  l.push_back(Value(ones({3}, TensorOptions().dtype(kBool))));
+  l.push_back(Value(ones({2, 3}, TensorOptions().dtype(kFloat64)).t()));  // not contiguous
+  l.push_back(Value(List{Value(int64_t{1}), Value(List{Value("nested"), Value(2.5)})}));
+  return l;
+}
+
+std::string encode(const List& l) {
+  std::string out;
+  wire::encode(l, out, [](const ActorRef&) { return 0u; });
+  return out;
+}
+
+List decode(const std::string& s) {
+  return wire::decode(s.data(), s.size(), [](uint32_t, std::string, int) { return ActorRef(); });
+}
+
+void expect_same(const Value& a, const Value& b) {
+  ASSERT_EQ(a.get().index(), b.get().index());
+  if (a.is<Tensor>()) {
+    const Tensor& x = a.as<Tensor>();
+    const Tensor& y = b.as<Tensor>();
+    ASSERT_EQ(x.defined(), y.defined());
+    if (!x.defined()) return;
+    EXPECT_EQ(x.dtype(), y.dtype());
+    EXPECT_EQ(x.sizes().vec(), y.sizes().vec());
+    if (x.numel()) EXPECT_TRUE(equal(x, y));
+  } else if (a.is<List>()) {
+    ASSERT_EQ(a.as<List>().size(), b.as<List>().size());
+    for (size_t i = 0; i < a.as<List>().size(); ++i) expect_same(a.as<List>()[i], b.as<List>()[i]);
+  } else if (a.is<std::string>()) {
+    EXPECT_EQ(a.as<std::string>(), b.as<std::string>());
+  } else if (a.is<int64_t>()) {
+    EXPECT_EQ(a.as<int64_t>(), b.as<int64_t>());
+  } else if (a.is<double>()) {
+    EXPECT_EQ(a.as<double>(), b.as<double>());
+  } else if (a.is<bool>()) {
+    EXPECT_EQ(a.as<bool>(), b.as<bool>());
+  }
+}
+
+}  // namespace
+
+TEST(ActorsWire, EveryKindRoundTrips) {
+  List l = every_kind();
+  List back = decode(encode(l));
+  ASSERT_EQ(back.size(), l.size());
+  for (size_t i = 0; i < l.size(); ++i) expect_same(l[i], back[i]);
+}
+
+TEST(ActorsWire, ATensorIsOneBlobOfItsBytes) {
+  Tensor t = zeros({256, 256}, TensorOptions().dtype(kFloat32));
+  std::string s = encode({Value(t)});
+  // header 8 + tag 1 + dtype 1 + ndim 1 + dims 16 + bytes
+  EXPECT_EQ(s.size(), 8u + 1 + 1 + 1 + 16 + t.nbytes());
+}
+
+TEST(ActorsWire, EveryTruncationIsRefused) {
+  std::string s = encode(every_kind());
+  for (size_t n = 0; n < s.size(); ++n) {
+    EXPECT_FALSE(wire::fuzz_decode(reinterpret_cast<const uint8_t*>(s.data()), n)) << "prefix of " << n << " bytes";
+  }
+  EXPECT_TRUE(wire::fuzz_decode(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  std::string trailing = s + "x";
+  EXPECT_FALSE(wire::fuzz_decode(reinterpret_cast<const uint8_t*>(trailing.data()), trailing.size()));
+}
+
+TEST(ActorsWire, LyingSizesAreRefusedBeforeAllocating) {
+  auto expect_refused = [](const std::string& s, const std::string& part) {
+    try {
+      decode(s);
+      ADD_FAILURE() << "accepted";
+    } catch (const ActorError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  std::string head = encode({});
+  head.resize(4);
+  auto u32 = [](uint32_t x) { return std::string(reinterpret_cast<const char*>(&x), 4); };
+  auto i64 = [](int64_t x) { return std::string(reinterpret_cast<const char*>(&x), 8); };
+  // 4 billion values claimed in a few bytes.
+  expect_refused(head + u32(0xffffffffu) + std::string(4, '\0'), "truncated");
+  // A string of 2^62 bytes.
+  expect_refused(head + u32(1) + std::string(1, '\4') + i64(int64_t{1} << 62), "truncated");
+  // A tensor whose shape overflows, and one that claims more bytes than remain.
+  expect_refused(head + u32(1) + std::string("\5\6\2", 3) + i64(int64_t{1} << 40) + i64(int64_t{1} << 40), "claims more bytes");
+  expect_refused(head + u32(1) + std::string("\5\6\1", 3) + i64(1000) + std::string(16, '\0'), "claims more bytes");
+  expect_refused(head + u32(1) + std::string("\5\6\1", 3) + i64(-1), "dimension of -1");
+  expect_refused(head + u32(1) + std::string("\5\x77", 2), "unknown dtype");
+  expect_refused(head + u32(1) + std::string("\x09", 1), "unknown value tag 9");
+  expect_refused(head + u32(1) + std::string("\7", 1) + u32(0x7fffffff), "truncated");
+  std::string deep = head + u32(1);
+  for (int i = 0; i < 40; ++i) deep += std::string("\7", 1) + u32(1);
+  expect_refused(deep, "nest deeper than 32");
+  expect_refused(std::string("XXXX") + u32(0), "bad magic");
+}
+
+TEST(ActorsWire, FuzzEntryNeverCrashesOnRandomBytes) {
+  std::string s = encode(every_kind());
+  uint64_t x = 88172645463325252ull;
+  for (int round = 0; round < 2000; ++round) {
+    std::string m = s;
+    for (int k = 0; k < 4; ++k) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      m[x % m.size()] = static_cast<char>(x >> 24);
+    }
+    wire::fuzz_decode(reinterpret_cast<const uint8_t*>(m.data()), m.size());
+  }
+}
+
+TEST(ActorsValue, TraitsConvertBothWays) {
+  EXPECT_EQ(from_value<int>(to_value(5)), 5);
+  EXPECT_EQ(from_value<double>(to_value(5)), 5.0);  // an int reads as a float
+  EXPECT_EQ(from_value<std::string>(to_value("s")), "s");
+  std::vector<int64_t> v{1, 2, 3};
+  EXPECT_EQ(from_value<std::vector<int64_t>>(to_value(v)), v);
+  std::map<std::string, double> m{{"a", 1.5}, {"b", 2.5}};
+  EXPECT_EQ((from_value<std::map<std::string, double>>(to_value(m))), m);
+  auto p = from_value<std::pair<std::string, int64_t>>(to_value(std::pair<std::string, int64_t>{"k", 9}));
+  EXPECT_EQ(p.first, "k");
+  EXPECT_EQ(p.second, 9);
+  try {
+    from_value<Tensor>(to_value(1.5));
+    ADD_FAILURE();
+  } catch (const ActorError& e) {
+    EXPECT_STREQ(e.what(), "expected Tensor, got float");
+  }
+}
