@@ -288,13 +288,13 @@ def parse_diagnostics(output):
         line = raw.rstrip()
         m = DIAG_RE.match(line)
         if m and m.group(4) in ("error", "fatal error"):
-            cur = dict(path=m.group(1), line=int(m.group(2)), msg=m.group(5), ctx=list(ctx), macro=[], func=func)
+            cur = dict(path=m.group(1), line=int(m.group(2)), msg=m.group(5), ctx=list(ctx), macro=[], notes=[], func=func)
             errors.append(cur)
             continue
         if m and m.group(4) == "note":
             mm = MACRO_NOTE_RE.search(m.group(5))
-            if mm and cur is not None:
-                cur["macro"].append((m.group(1), int(m.group(2))))
+            if cur is not None:
+                cur["macro" if mm else "notes"].append((m.group(1), int(m.group(2))))
             continue
         if m:  # warning
             continue
@@ -382,7 +382,7 @@ class Toolchain:
             flags.append(a)
         # -isystem takes the next word; they were kept in order above
         self.cflags = flags + ["-O0", "-g0", "-w", "-fdiagnostics-color=never", "-fno-diagnostics-show-caret",
-                               "-fno-diagnostics-show-line-numbers"]
+                               "-fno-diagnostics-show-line-numbers", "-ftemplate-backtrace-limit=0"]
         self.libs, self.link_flags = self._link_line()
 
     def _link_line(self):
@@ -456,6 +456,7 @@ class SampleFile:
         self.file_errors = []  # errors outside every case: (message, what was cut)
         self.link_error = None
         self.notes = []
+        self.bisections = 0
 
     def case_at_line(self, line):
         for c in self.cases:
@@ -495,11 +496,19 @@ class SampleFile:
             c = self.case_at_line(line)
             if c is not None:
                 return c, None
+        # last resort: a note that points into a case (e.g. "because the following virtual
+        # functions are pure within 'X'" for a class X of the case, instantiated from troupe)
+        notes = [l for p, l in err["notes"] if self._same(p)]
+        if not cands and not macro and not ctx:
+            for line in notes:
+                c = self.case_at_line(line)
+                if c is not None:
+                    return c, None
         if err.get("func"):
             for c in self.cases:
                 if "%s_%s_Test" % (c.suite, c.name) == err["func"]:
                     return c, None
-        for line in cands + macro[::-1] + ctx[::-1]:
+        for line in cands + macro[::-1] + ctx[::-1] + (notes if not cands and not macro and not ctx else []):
             u = self.unit_at_line(line)
             if u is not None:
                 return None, ("unit", u)
@@ -553,6 +562,16 @@ class SampleFile:
                     if not any(e[1] == "unattributed" and e[0] == normalise(err["msg"]) for e in self.file_errors):
                         self.file_errors.append((normalise(err["msg"]), "unattributed"))
             if not progress:
+                culprit = self.bisect_unplaced(cut, header_cuts, failed, errors)
+                if culprit is not None:
+                    case, msg = culprit
+                    failed.add(id(case))
+                    case.compile_error_raw = msg
+                    case.compile_error = normalise(msg)
+                    cut.append((case.start, case.end))
+                    self.notes.append("%s: its error (%s) points at no line of the file (an instantiation from a "
+                                      "troupe header); found by bisection" % (case.full, normalise(msg)[:120]))
+                    continue
                 # errors that cannot be placed: every remaining case fails with the first of them
                 msg = normalise(errors[0]["msg"])
                 for c in self.cases:
@@ -565,6 +584,37 @@ class SampleFile:
             if id(c) not in failed:
                 c.compile_error = "file-level: still failing after %d rounds" % self.args.max_rounds
         return cut, header_cuts, False
+
+    def unplaced(self, errors):
+        return [e for e in errors if self.attribute(e) == (None, None)]
+
+    def bisect_unplaced(self, cut, header_cuts, failed, errors):
+        """Errors that point at no line of the file (a template instantiated from a troupe header,
+        reached from some case): find the first case whose removal makes one of them go away, by
+        bisection over the remaining cases. Returns (case, message) or None."""
+        bad = self.unplaced(errors)
+        if not bad or self.bisections >= self.args.max_bisections:
+            return None
+        self.bisections += 1
+        remaining = [c for c in self.cases if id(c) not in failed]
+
+        def count_with_prefix_cut(p):
+            self.write(cut + [(c.start, c.end) for c in remaining[:p]], header_cuts)
+            rc, out, secs = self.tc.run([self.tc.cxx] + self.compile_flags() + ["-fmax-errors=0", "-fsyntax-only", self.src])
+            return len(self.unplaced(parse_diagnostics(out)))
+
+        n0 = len(bad)
+        if not remaining or count_with_prefix_cut(len(remaining)) >= n0:
+            return None
+        lo, hi = 1, len(remaining)  # the smallest prefix whose cut lowers the count is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if count_with_prefix_cut(mid) < n0:
+                hi = mid
+            else:
+                lo = mid + 1
+        log("  %s: bisected an unplaced error to %s" % (self.name, remaining[lo - 1].full))
+        return remaining[lo - 1], bad[0]["msg"]
 
     def build_binary(self, cut, header_cuts):
         obj = os.path.join(self.work, "obj", self.stem + ".o")
@@ -748,7 +798,8 @@ def main():
     ap.add_argument("--exclude", default="support.cpp", help="comma-separated file names to skip")
     ap.add_argument("--jobs", type=int, default=1, help="ninja -j for building the libraries")
     ap.add_argument("--no-build-libs", action="store_true", help="do not run ninja on the troupe libraries first")
-    ap.add_argument("--max-rounds", type=int, default=8, help="syntax rounds per file")
+    ap.add_argument("--max-rounds", type=int, default=20, help="syntax rounds per file")
+    ap.add_argument("--max-bisections", type=int, default=12, help="cases found by bisection per file")
     ap.add_argument("--run-timeout", type=int, default=300, help="seconds per run of a test binary")
     ap.add_argument("--no-run", action="store_true", help="only compile")
     ap.add_argument("--map-at-c10", action="store_true", help="also rewrite at:: and c10:: to troupe::")
