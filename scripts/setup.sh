@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 packages=(
-  build-essential cmake ninja-build git pkg-config
+  build-essential cmake ninja-build git pkg-config ccache
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libcaf-dev libssl-dev libcereal-dev

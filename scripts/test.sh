@@ -23,6 +23,14 @@ bash scripts/setup.sh
 
 jobs=$(nproc)
 
+# ccache (installed by setup.sh) makes a rebuild of an unchanged file a cache hit, also from another
+# clone of the repository: paths are hashed relative to the source root.
+launcher_args=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  launcher_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
 # -G Ninja only on the first configure (re-passing it is harmless, but an existing build dir
 # made with another generator should get cmake's own error, not a confusing one).
 generator_args() {
@@ -35,7 +43,7 @@ if [[ $sanitize == 1 ]]; then
   cmake $(generator_args "$build") -S . -B "$build" \
     -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-    -DTROUPE_SANITIZE=ON \
+    -DTROUPE_SANITIZE=ON "${launcher_args[@]}" \
     -DTROUPE_CUDA=OFF \
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF \
@@ -62,7 +70,7 @@ else
   # shellcheck disable=SC2046
   cmake $(generator_args "$build") -S . -B "$build" \
     -DCMAKE_BUILD_TYPE=Release \
-    -DTROUPE_SANITIZE=OFF \
+    -DTROUPE_SANITIZE=OFF "${launcher_args[@]}" \
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF
   cmake --build "$build" -j "$jobs"
