@@ -83,6 +83,9 @@ using troupe::warn;
 
 }  // namespace c10
 
+/// ATen's namespace: `at::Tensor`, `at::kFloat`, `at::zeros` name troupe's.
+namespace at = troupe;
+
 #ifndef TORCH_WARN
 /// libtorch's TORCH_WARN: TROUPE_WARN.
 #define TORCH_WARN(...) TROUPE_WARN(__VA_ARGS__)

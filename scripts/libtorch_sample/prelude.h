@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <troupe/troupe.h>
+// what a port includes for the c10:: / at:: helpers (c10::str, c10::irange, at::Tensor)
+#include <troupe/util/c10_compat.h>
 
 namespace torch = troupe;
 
