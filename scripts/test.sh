@@ -50,8 +50,11 @@ if [[ $sanitize == 1 ]]; then
     -DTROUPE_BUILD_EXAMPLES=OFF
   suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data util})
   targets=()
+  # the target list is read once into a variable: `cmake ... | grep -q` under pipefail fails whenever
+  # grep stops reading early (SIGPIPE), which silently dropped suites from the run
+  target_list=$(cmake --build "$build" --target help 2>/dev/null || true)
   for suite in "${suites[@]}"; do
-    if cmake --build "$build" --target help 2>/dev/null | grep -q "^${suite}_tests:"; then
+    if grep -q "^${suite}_tests:" <<<"$target_list"; then
       targets+=("${suite}_tests")
     fi
   done
