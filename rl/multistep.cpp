@@ -72,19 +72,22 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
   double* sr = summed.data_ptr<double>();
   bool* nt = nonterm.data_ptr<bool>();
   const int64_t n = n_steps_;
+  // gamma^k for k = 0..n (steps_to_next_obs is at most n)
+  std::vector<double> gpow(static_cast<size_t>(n + 1), 1.0);
+  for (int64_t k = 1; k <= n; ++k) gpow[static_cast<size_t>(k)] = gpow[static_cast<size_t>(k - 1)] * gamma_;
+  Tensor gamma_t = empty({N}, TensorOptions().dtype(kFloat64));
+  double* gp = gamma_t.data_ptr<double>();
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t base = b * T;
     int64_t d = T - 1;  // d(t): the first done frame at or after t (else the batch's last)
     for (int64_t t = T - 1; t >= 0; --t) {
       if (dn[base + t]) d = t;
       const int64_t idx = std::min(t + n - 1, d);
-      double acc = 0, g = 1;
-      for (int64_t i = t; i <= idx; ++i) {
-        acc += g * r[base + i];
-        g *= gamma_;
-      }
+      double acc = 0;
+      for (int64_t i = t; i <= idx; ++i) acc += gpow[static_cast<size_t>(i - t)] * r[base + i];
       gi[base + t] = base + idx;
       st[base + t] = idx - t + 1;
+      gp[base + t] = gpow[static_cast<size_t>(idx - t + 1)];
       sr[base + t] = acc;
       nt[base + t] = t != d;
     }
@@ -100,11 +103,6 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
   }
   const ScalarType float_t = is_floating_point(reward.dtype()) ? reward.dtype() : kFloat32;
   Tensor steps_s = steps.reshape(done.sizes().vec());
-  Tensor gamma_t = empty({N}, TensorOptions().dtype(kFloat64));
-  {
-    double* gp = gamma_t.data_ptr<double>();
-    for (int64_t i = 0; i < N; ++i) gp[i] = std::pow(gamma_, static_cast<double>(st[i]));
-  }
   // whether the window ends on a terminal frame (terminated, else done, at idx): a value target must not
   // bootstrap there; the shifted next.observation of such a frame is the terminal one
   Tensor term = batch.contains("next.terminated") ? batch.get("next.terminated") : done;
