@@ -47,29 +47,10 @@ struct fn_traits<R (*)(A...)> : fn_traits<R (std::function<void()>::*)(A...) con
 /// Rethrows a conversion error of argument `i` with its position.
 [[noreturn]] void throw_argument(const std::string& method, size_t i, const std::exception& e);
 
-template <class Tuple, size_t... I, class F>
-Value invoke_with(const std::string& method, F& fn, const List& args, std::index_sequence<I...>) {
-  Tuple typed;
-  auto convert = [&](auto idx) {
-    constexpr size_t i = decltype(idx)::value;
-    try {
-      std::get<i>(typed) = from_value<std::tuple_element_t<i, Tuple>>(args[i]);
-    } catch (const std::exception& e) {
-      throw_argument(method, i, e);
-    }
-  };
-  (convert(std::integral_constant<size_t, I>{}), ...);
-  (void)convert;  // no arguments
-  using R = decltype(fn(std::move(std::get<I>(typed))...));
-  if constexpr (std::is_void_v<R>) {
-    fn(std::move(std::get<I>(typed))...);
-    return Value();
-  } else {
-    return to_value(fn(std::move(std::get<I>(typed))...));
-  }
-}
-template <class T, class Tuple, size_t... I>
-std::unique_ptr<T> construct(const std::string& what, const List& args, std::index_sequence<I...>) {
+/// args converted to the types of Tuple; an argument that does not convert throws naming `what` and
+/// its position.
+template <class Tuple, size_t... I>
+Tuple convert_args(const std::string& what, const List& args, std::index_sequence<I...>) {
   Tuple typed;
   auto convert = [&](auto idx) {
     constexpr size_t i = decltype(idx)::value;
@@ -81,6 +62,23 @@ std::unique_ptr<T> construct(const std::string& what, const List& args, std::ind
   };
   (convert(std::integral_constant<size_t, I>{}), ...);
   (void)convert;  // no arguments
+  return typed;
+}
+
+template <class Tuple, size_t... I, class F>
+Value invoke_with(const std::string& method, F& fn, const List& args, std::index_sequence<I...> seq) {
+  Tuple typed = convert_args<Tuple>(method, args, seq);
+  using R = decltype(fn(std::move(std::get<I>(typed))...));
+  if constexpr (std::is_void_v<R>) {
+    fn(std::move(std::get<I>(typed))...);
+    return Value();
+  } else {
+    return to_value(fn(std::move(std::get<I>(typed))...));
+  }
+}
+template <class T, class Tuple, size_t... I>
+std::unique_ptr<T> construct(const std::string& what, const List& args, std::index_sequence<I...> seq) {
+  Tuple typed = convert_args<Tuple>(what, args, seq);
   return std::make_unique<T>(std::move(std::get<I>(typed))...);
 }
 }  // namespace detail
