@@ -268,6 +268,10 @@ OrderedDict<std::string, ModulePtr> Module::named_modules(const std::string& pre
     auto [pfx, m] = std::move(stack.back());
     stack.pop_back();
     if (remove_duplicate && !memo.insert(m.get()).second) continue;
+    if (m->is_remote() && m.get() != this) {  // a hosted subtree lists its own modules
+      for (auto& [k, sub] : m->named_modules(pfx, remove_duplicate)) out.insert_or_assign(k, sub);
+      continue;
+    }
     const auto& kids = m->children_.items();
     for (auto it = kids.rbegin(); it != kids.rend(); ++it)
       if (it->second) stack.emplace_back(pfx.empty() ? it->first : pfx + "." + it->first, it->second);
@@ -291,9 +295,9 @@ std::vector<ModulePtr> Module::children() const { return named_children().values
 namespace {
 // _named_members: walks modules (pre-order, de-duplicated when remove_duplicate) and yields the
 // members of each, de-duplicating tensors by identity when remove_duplicate.
-template <class Get>
+template <class Get, class Remote>
 OrderedDict<std::string, Tensor> named_members(const Module& root, const std::string& prefix, bool recurse,
-                                  bool remove_duplicate, Get get) {
+                                  bool remove_duplicate, Get get, Remote remote) {
   OrderedDict<std::string, Tensor> out;
   std::unordered_set<const TensorImpl*> seen;
   std::unordered_set<const Module*> memo;
@@ -302,6 +306,14 @@ OrderedDict<std::string, Tensor> named_members(const Module& root, const std::st
     auto [pfx, m] = stack.back();
     stack.pop_back();
     if (remove_duplicate && !memo.insert(m).second) continue;
+    if (m != &root && m->is_remote()) {  // a hosted subtree lists its own members
+      for (const auto& [k, t] : remote(*m, pfx)) {
+        if (!t.defined()) continue;
+        if (remove_duplicate && !seen.insert(t.impl()).second) continue;
+        out.insert_or_assign(k, t);
+      }
+      continue;
+    }
     for (const auto& [k, t] : get(*m)) {
       if (!t.defined()) continue;
       if (remove_duplicate && !seen.insert(t.impl()).second) continue;
@@ -317,14 +329,18 @@ OrderedDict<std::string, Tensor> named_members(const Module& root, const std::st
 }  // namespace
 
 OrderedDict<std::string, Tensor> Module::named_parameters(const std::string& prefix, bool recurse, bool remove_duplicate) const {
-  return named_members(*this, prefix, recurse, remove_duplicate,
-                       [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.parameters_dict(); });
+  return named_members(
+      *this, prefix, recurse, remove_duplicate,
+      [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.parameters_dict(); },
+      [&](const Module& m, const std::string& pfx) { return m.named_parameters(pfx, true, remove_duplicate); });
 }
 std::vector<Tensor> Module::parameters(bool recurse) const { return named_parameters("", recurse).values(); }
 
 OrderedDict<std::string, Tensor> Module::named_buffers(const std::string& prefix, bool recurse, bool remove_duplicate) const {
-  return named_members(*this, prefix, recurse, remove_duplicate,
-                       [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.buffers_dict(); });
+  return named_members(
+      *this, prefix, recurse, remove_duplicate,
+      [](const Module& m) -> const OrderedDict<std::string, Tensor>& { return m.buffers_dict(); },
+      [&](const Module& m, const std::string& pfx) { return m.named_buffers(pfx, true, remove_duplicate); });
 }
 std::vector<Tensor> Module::buffers(bool recurse) const { return named_buffers("", recurse).values(); }
 
@@ -345,6 +361,7 @@ ModulePtr Module::get_submodule(const std::string& target) {
     mod = *child;
     if (dot == std::string::npos) return mod;
     start = dot + 1;
+    if (mod->is_remote()) return mod->get_submodule(target.substr(start));  // the rest lives on its host
   }
 }
 
@@ -353,6 +370,7 @@ Tensor Module::get_parameter(const std::string& target) {
   std::string module_path = dot == std::string::npos ? "" : target.substr(0, dot);
   std::string param_name = dot == std::string::npos ? target : target.substr(dot + 1);
   ModulePtr mod = get_submodule(module_path);
+  if (mod->is_remote()) return mod->get_parameter(param_name);
   const Tensor* p = mod->parameters_.find(param_name);
   if (!p) {
     if (mod->buffers_.contains(param_name) || mod->children_.contains(param_name))
@@ -368,6 +386,7 @@ Tensor Module::get_buffer(const std::string& target) {
   std::string module_path = dot == std::string::npos ? "" : target.substr(0, dot);
   std::string buffer_name = dot == std::string::npos ? target : target.substr(dot + 1);
   ModulePtr mod = get_submodule(module_path);
+  if (mod->is_remote()) return mod->get_buffer(buffer_name);
   const Tensor* b = mod->buffers_.find(buffer_name);
   if (!b) {
     if (mod->parameters_.contains(buffer_name) || mod->children_.contains(buffer_name))
@@ -381,7 +400,53 @@ Tensor Module::get_buffer(const std::string& target) {
 // -------------------------------------------------------------------------------------------------
 // Tree-wide operations
 
+namespace {
+// The first hosted subtree under `root` (pre-order; root itself excluded) and its path, or null.
+const Module* first_remote(const Module& root, std::string& path) {
+  std::vector<std::pair<std::string, const Module*>> stack{{"", &root}};
+  while (!stack.empty()) {
+    auto [pfx, m] = stack.back();
+    stack.pop_back();
+    if (m != &root && m->is_remote()) {
+      path = pfx;
+      return m;
+    }
+    const auto& kids = m->children_dict().items();
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+      if (it->second) stack.emplace_back(pfx.empty() ? it->first : pfx + "." + it->first, it->second.get());
+  }
+  return nullptr;
+}
+
+// Pre-order over the tree, each module once: local modules go to `local`; a hosted subtree (not walked
+// into) goes to `remote`, which reaches it with its own virtual methods.
+template <class L, class R>
+void visit_split(Module& root, L local, R remote) {
+  std::unordered_set<const Module*> memo;
+  std::vector<Module*> stack{&root};
+  while (!stack.empty()) {
+    Module* m = stack.back();
+    stack.pop_back();
+    if (!memo.insert(m).second) continue;
+    if (m != &root && m->is_remote()) {
+      remote(*m);
+      continue;
+    }
+    local(*m);
+    const auto& kids = m->children_dict().items();
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+      if (it->second) stack.push_back(it->second.get());
+  }
+}
+}  // namespace
+
 Module& Module::apply(const ApplyFn& fn) {
+  std::string path;
+  if (first_remote(*this, path))
+    throw std::invalid_argument("[apply] `" + path +
+                                "` is hosted by an actor on another rank, where a callable cannot travel: register "
+                                "the function (nn::registry::add_apply_fn(name, fn), on every rank) and call "
+                                "apply(name)");
   for (const auto& c : children()) c->apply(fn);
   fn(*this);
   return *this;
@@ -389,7 +454,9 @@ Module& Module::apply(const ApplyFn& fn) {
 
 Module& Module::apply(const std::string& registered_fn) {
   const ApplyFn& fn = registry_detail::apply_fn(registered_fn);
-  return apply(fn);
+  for (const auto& c : children()) c->apply(registered_fn);
+  fn(*this);
+  return *this;
 }
 
 Module& Module::train(bool mode) {
@@ -399,12 +466,26 @@ Module& Module::train(bool mode) {
 }
 
 Module& Module::requires_grad_(bool requires_grad) {
-  for (auto& p : parameters()) p.requires_grad_(requires_grad);
+  visit_split(
+      *this,
+      [&](Module& m) {
+        for (auto& [k, p] : m.parameters_)
+          if (p.defined()) p.requires_grad_(requires_grad);
+      },
+      [&](Module& m) { m.requires_grad_(requires_grad); });
   return *this;
 }
 
 void Module::zero_grad(bool set_to_none) {
-  for (auto& p : parameters()) {
+  std::vector<Tensor> params;
+  visit_split(
+      *this,
+      [&](Module& m) {
+        for (auto& [k, p] : m.parameters_)
+          if (p.defined()) params.push_back(p);
+      },
+      [&](Module& m) { m.zero_grad(set_to_none); });
+  for (auto& p : params) {
     if (!p.grad().defined()) continue;
     if (set_to_none) {
       p.set_grad(Tensor());
@@ -439,11 +520,13 @@ Module& Module::to(std::optional<Device> device, std::optional<ScalarType> dtype
   if (dtype && !is_floating_point(*dtype))
     throw std::invalid_argument(std::string("nn.Module.to only accepts floating point or complex dtypes, but got desired dtype=") +
                                 std::string("torch.") + dtype_name(*dtype));
-  return apply_to_tensors([&](const Tensor& t) {
+  auto fn = [&](const Tensor& t) {
     Device dev = device ? *device : t.device();
     ScalarType dt = (dtype && t.is_floating_point()) ? *dtype : t.dtype();
     return t.to(dev, dt);
-  });
+  };
+  visit_split(*this, [&](Module& m) { m.apply_to_tensors(fn, false); }, [&](Module& m) { m.to(device, dtype); });
+  return *this;
 }
 
 Module& Module::to(const Tensor& other, bool non_blocking) {
@@ -451,14 +534,18 @@ Module& Module::to(const Tensor& other, bool non_blocking) {
 }
 
 Module& Module::type(ScalarType dtype) {
-  return apply_to_tensors([&](const Tensor& t) { return t.to(dtype); });
+  auto fn = [&](const Tensor& t) { return t.to(dtype); };
+  visit_split(*this, [&](Module& m) { m.apply_to_tensors(fn, false); }, [&](Module& m) { m.type(dtype); });
+  return *this;
 }
 
 Module& Module::cuda(int index) { return to(Device(kCUDA, index)); }
 
 Module& Module::to_empty(Device device, bool recurse) {
-  return apply_to_tensors([&](const Tensor& t) { return empty_like(t, TensorOptions().dtype(t.dtype()).device(device)); },
-                          recurse);
+  auto fn = [&](const Tensor& t) { return empty_like(t, TensorOptions().dtype(t.dtype()).device(device)); };
+  if (!recurse) return apply_to_tensors(fn, false);
+  visit_split(*this, [&](Module& m) { m.apply_to_tensors(fn, false); }, [&](Module& m) { m.to_empty(device, true); });
+  return *this;
 }
 
 // -------------------------------------------------------------------------------------------------

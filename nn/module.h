@@ -94,6 +94,13 @@ class RemovableHandle {
   std::shared_ptr<std::function<void()>> remover_;
 };
 
+/// What load_state_dict would find, without loading: the key lists and the other errors (size
+/// mismatches, None entries), in PyTorch's texts.
+struct StateDictCheck {
+  IncompatibleKeys keys;
+  std::vector<std::string> errors;
+};
+
 /// Options of a forward hook registration (prepend, always_call). with_kwargs follows from the
 /// hook's signature.
 struct HookOptions {
@@ -141,6 +148,10 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual std::string extra_repr() const { return ""; }
   /// The printed tree, exactly as PyTorch's repr(module).
   virtual std::string repr() const;
+  /// True for a proxy of a subtree hosted elsewhere (actors::RemoteModule): the tree walks of this class
+  /// hand such a subtree to its virtual methods (named_parameters, named_modules, state_dict, to, apply,
+  /// load_state_dict, ...) instead of walking into it.
+  virtual bool is_remote() const { return false; }
   /// dynamic_cast to a subclass; null when this module is not one. A holder names its class:
   /// as<nn::Linear>() is as<nn::LinearImpl>().
   template <class M>
@@ -176,8 +187,14 @@ class Module : public std::enable_shared_from_this<Module> {
       if (!base.typed_forward_) base.typed_forward_ = &detail::typed_forward_thunk<M>;
     }
   }
-  /// Runs the forward pre-hooks, forward_args and the forward hooks (torch's __call__).
+  /// Runs the forward pre-hooks, forward_args and the forward hooks (torch's __call__). A module that
+  /// was placed elsewhere (placed()) passes the call to its proxy.
   virtual Value call(Args args, Kwargs kwargs = {});
+  /// The proxy that runs this module's calls since actors::place() moved it to a host (a member holder
+  /// such as `fc` in a parent's forward still reaches it); null normally.
+  const ModulePtr& placed() const { return placed_; }
+  /// Sets placed() (actors::place does).
+  void set_placed(ModulePtr proxy) { placed_ = std::move(proxy); }
   /// call() with one tensor, returning the tensor output.
   Tensor operator()(const Tensor& input);
   /// call() with any arguments.
@@ -287,6 +304,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Copies (or with assign, adopts) the tensors of `state_dict`. Throws PyTorch's
   /// "Error(s) in loading state_dict for <Class>:" message; nothing is loaded when it throws.
   virtual IncompatibleKeys load_state_dict(const StateDict& state_dict, bool strict = true, bool assign = false);
+  /// What load_state_dict(state_dict) would report (missing and unexpected keys, size mismatches),
+  /// without changing anything. With a prefix, this module's entries are those under `prefix` (as
+  /// PyTorch's _load_from_state_dict sees them inside a parent) and the keys reported keep it.
+  virtual StateDictCheck check_state_dict(const StateDict& state_dict, const std::string& prefix = "");
   /// Extra state to store under "_extra_state"; nullopt (the default) means the module has none.
   virtual std::optional<Tensor> get_extra_state() const { return std::nullopt; }
   /// Receives the "_extra_state" entry on load; the default throws.
@@ -374,6 +395,7 @@ class Module : public std::enable_shared_from_this<Module> {
     bool always_call = false;
   };
   friend struct ModuleAccess;
+  friend struct LoadPlanner;  // load_state_dict's validation pass (module_state.cpp)
 
   // The steps of call(), in PyTorch's order (nn/module_hooks.cpp).
   void run_forward_pre_hooks(const detail::GlobalHookSnapshot& global, Args& args, Kwargs& kwargs);
@@ -386,6 +408,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void attach_legacy_backward_hooks(const Value& result);
 
   std::string name_override_;
+  ModulePtr placed_;
   /// Set by bind_forward: forward_args unpacks into the class's typed forward.
   Value (*typed_forward_)(Module&, const Args&, const Kwargs&) = nullptr;
   std::vector<Hook<ForwardPreHookWithKwargs>> forward_pre_hooks_;
@@ -401,6 +424,21 @@ class Module : public std::enable_shared_from_this<Module> {
 
 /// Prints repr(module).
 std::ostream& operator<<(std::ostream& os, const Module& m);
+
+/// While one lives on this thread, placed() does not redirect calls: a host actor that runs a module
+/// actors::place() handed to it in the same process runs it here (actors/ uses it).
+class PlacedBypass {
+ public:
+  PlacedBypass();
+  ~PlacedBypass();
+  PlacedBypass(const PlacedBypass&) = delete;
+  PlacedBypass& operator=(const PlacedBypass&) = delete;
+  /// True while a PlacedBypass lives on this thread.
+  static bool active();
+
+ private:
+  bool prev_;
+};
 
 // ---- global hooks (torch.nn.modules.module.register_module_*): run before every module's own hooks
 RemovableHandle register_module_forward_pre_hook(ForwardPreHook hook);

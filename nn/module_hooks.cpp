@@ -82,10 +82,17 @@ RemovableHandle register_module_full_backward_hook(BackwardHook hook) {
 // -------------------------------------------------------------------------------------------------
 // The forward call: call() runs its steps in PyTorch's order (Module._call_impl)
 
+namespace {
+thread_local bool t_placed_bypass = false;
+}
+PlacedBypass::PlacedBypass() : prev_(t_placed_bypass) { t_placed_bypass = true; }
+PlacedBypass::~PlacedBypass() { t_placed_bypass = prev_; }
+bool PlacedBypass::active() { return t_placed_bypass; }
+
 Tensor Module::operator()(const Tensor& input) {
-  if (forward_pre_hooks_.empty() && forward_hooks_.empty() && backward_hooks_.empty() &&
+  if ((!placed_ || t_placed_bypass) && forward_pre_hooks_.empty() && forward_hooks_.empty() && backward_hooks_.empty() &&
       backward_pre_hooks_.empty() && legacy_backward_hooks_.empty() &&
-      globals().count.load(std::memory_order_relaxed) == 0)
+      globals().count.load(std::memory_order_relaxed) == 0 && !is_remote())
     return forward(input);
   Value out = call(Args{Value(input)});
   if (!out.is_tensor())
@@ -222,6 +229,7 @@ autograd::variable_list run_backward_pre_hooks(detail::BackwardHookState& st, co
 }  // namespace
 
 Value Module::call(Args args, Kwargs kwargs) {
+  if (placed_ && !t_placed_bypass) return placed_->call(std::move(args), std::move(kwargs));
   const detail::GlobalHookSnapshot global = snapshot_global_hooks();
   run_forward_pre_hooks(global, args, kwargs);
   std::shared_ptr<detail::BackwardHookState> bw = route_inputs_to_backward_hooks(global, args);
