@@ -1,0 +1,918 @@
+// RemoteModule and its host actor (remote_module.h): the proxy turns each Module method into a message;
+// the host runs it on the module at the message's path. Forward records a RemoteCallNode in the caller's
+// graph; its backward asks the host to run backward from the outputs it kept (the host's own engine fills
+// its parameters' .grad) and returns the gradients of the inputs. CAF-free: everything travels as Values.
+#include <troupe/actors/remote_module.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <troupe/actors/actor.h>
+#include <troupe/nn/registry.h>
+#include <troupe/optim/adam.h>
+#include <troupe/optim/adamw.h>
+#include <troupe/optim/rmsprop.h>
+#include <troupe/optim/sgd.h>
+#include <troupe/tensor/autograd.h>
+
+namespace troupe::actors {
+
+// ------------------------------------------------------------------------------------------------
+// nn::Value <-> Value
+
+Value ValueTraits<nn::Value>::to(const nn::Value& v) {
+  if (v.is_none()) return Value();
+  if (v.is_tensor()) return Value(v.tensor());
+  if (v.is_double()) return Value(v.to_double());
+  if (v.is_int()) return Value(v.to_int());
+  if (v.is_bool()) return Value(v.to_bool());
+  if (v.is_string()) return Value(v.str());
+  List l;
+  l.reserve(v.tuple().size());
+  for (const auto& t : v.tuple()) l.emplace_back(t);
+  return Value(std::move(l));
+}
+
+nn::Value ValueTraits<nn::Value>::from(const Value& v) {
+  const auto& var = v.get();
+  if (std::holds_alternative<std::monostate>(var)) return nn::Value();
+  if (auto* t = std::get_if<Tensor>(&var)) return nn::Value(*t);
+  if (auto* d = std::get_if<double>(&var)) return nn::Value(*d);
+  if (auto* i = std::get_if<int64_t>(&var)) return nn::Value(*i);
+  if (auto* b = std::get_if<bool>(&var)) return nn::Value(*b);
+  if (auto* s = std::get_if<std::string>(&var)) return nn::Value(*s);
+  if (auto* l = std::get_if<List>(&var)) {
+    nn::Value::TensorTuple ts;
+    ts.reserve(l->size());
+    for (size_t i = 0; i < l->size(); ++i) {
+      if (!(*l)[i].is<Tensor>())
+        throw ActorError(std::string("[actors] a module argument or result that is a list must hold tensors; element ") +
+                         std::to_string(i) + " is " + (*l)[i].kind());
+      ts.push_back((*l)[i].as<Tensor>());
+    }
+    return nn::Value(std::move(ts));
+  }
+  throw ActorError(std::string("[actors] a module argument or result cannot be ") + v.kind());
+}
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// registries: module factories by name, and modules handed to a host in the same process
+
+std::mutex g_mu;
+std::map<std::string, ModuleFactory>& factories() {
+  static std::map<std::string, ModuleFactory> m;
+  return m;
+}
+std::unordered_map<int64_t, nn::ModulePtr>& handoffs() {
+  static std::unordered_map<int64_t, nn::ModulePtr> m;
+  return m;
+}
+std::atomic<int64_t> g_next_handoff{1};
+std::atomic<int64_t> g_next_call{1};
+std::atomic<int64_t> g_next_host{1};
+
+std::string join_path(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return a + "." + b;
+}
+
+// The tensors inside args then kwargs (by key), in the order both sides flatten them.
+std::vector<Tensor> flat_tensors(const nn::Args& args, const nn::Kwargs& kwargs) {
+  std::vector<Tensor> out;
+  for (const auto& a : args)
+    for (auto& t : a.tensors()) out.push_back(t);
+  for (const auto& [k, v] : kwargs)
+    for (auto& t : v.tensors()) out.push_back(t);
+  return out;
+}
+
+List pairs_of(const OrderedDict<std::string, Tensor>& d) {
+  List l;
+  l.reserve(d.size());
+  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t)});
+  return l;
+}
+OrderedDict<std::string, Tensor> dict_of(const Value& v) {
+  OrderedDict<std::string, Tensor> d;
+  for (const auto& e : v.as<List>()) {
+    const List& p = e.as<List>();
+    d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).is_none() ? Tensor() : p.at(1).as<Tensor>());
+  }
+  return d;
+}
+List strings(const std::vector<std::string>& xs) {
+  List l;
+  for (const auto& s : xs) l.emplace_back(s);
+  return l;
+}
+
+const char* options_kind(const optim::OptimizerOptions& o) {
+  if (dynamic_cast<const optim::SGDOptions*>(&o)) return "SGD";
+  if (dynamic_cast<const optim::AdamWOptions*>(&o)) return "AdamW";
+  if (dynamic_cast<const optim::AdamOptions*>(&o)) return "Adam";
+  if (dynamic_cast<const optim::RMSpropOptions*>(&o)) return "RMSprop";
+  throw ActorError("[actors] DistributedOptimizer: options of an unknown optimizer (known: SGD, Adam, AdamW, RMSprop)");
+}
+
+std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd) {
+  std::unique_ptr<optim::OptimizerOptions> o;
+  if (kind == "SGD") o = std::make_unique<optim::SGDOptions>(0.0);
+  else if (kind == "Adam") o = std::make_unique<optim::AdamOptions>();
+  else if (kind == "AdamW") o = std::make_unique<optim::AdamWOptions>();
+  else if (kind == "RMSprop") o = std::make_unique<optim::RMSpropOptions>();
+  else throw ActorError("[actors] unknown optimizer '" + kind + "' (known: SGD, Adam, AdamW, RMSprop)");
+  o->read(sd, "");
+  return o;
+}
+
+// ------------------------------------------------------------------------------------------------
+// the host actor
+
+/// What the host keeps of one recorded forward: the leaves it made of the inputs and the outputs.
+struct Recorded {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+};
+
+class ModuleHost : public Actor {
+ public:
+  ModuleHost(nn::ModulePtr root) : root_(std::move(root)) {
+    use_own_thread();  // its handlers wait on nested hosts (a hosted module that holds proxies)
+    handle_list("fwd", [this](const List& a) { return forward(a); });
+    handle("bwd", [this](int64_t key, List grads) { return backward(key, grads); });
+    handle("rel", [this](int64_t key) { recorded_.erase(key); });
+    handle("members", [this](std::string path, std::string prefix, bool recurse, bool dedup, bool buffers) {
+      return guard(path, [&](nn::Module& m) {
+        return Value(pairs_of(buffers ? m.named_buffers(prefix, recurse, dedup) : m.named_parameters(prefix, recurse, dedup)));
+      });
+    });
+    handle("modules", [this](std::string path, bool dedup) {
+      return guard(path, [&](nn::Module& m) {
+        List l;
+        for (const auto& [k, sub] : m.named_modules("", dedup)) {
+          if (k.empty()) continue;
+          l.emplace_back(List{Value(k), Value(sub->name()), Value(sub->is_training())});
+        }
+        return Value(std::move(l));
+      });
+    });
+    handle("children", [this](std::string path) {
+      return guard(path, [&](nn::Module& m) {
+        List l;
+        for (const auto& [k, c] : m.named_children()) l.emplace_back(List{Value(k), Value(c->name()), Value(c->is_training())});
+        return Value(std::move(l));
+      });
+    });
+    handle("submod", [this](std::string path) {
+      return guard("", [&](nn::Module& root) {
+        auto m = root.get_submodule(path);
+        return Value(List{Value(m->name()), Value(m->is_training())});
+      });
+    });
+    handle("getp", [this](std::string path, std::string target, bool buffer) {
+      return guard(path, [&](nn::Module& m) { return Value(buffer ? m.get_buffer(target) : m.get_parameter(target)); });
+    });
+    handle("sd", [this](std::string path, std::string prefix, bool keep_vars) {
+      return guard(path, [&](nn::Module& m) { return Value(pairs_of(m.state_dict(prefix, keep_vars))); });
+    });
+    handle("sdcheck", [this](std::string path, Value sd, std::string prefix) {
+      return guard(path, [&](nn::Module& m) {
+        nn::StateDictCheck c = m.check_state_dict(dict_of(sd), prefix);
+        return Value(List{strings(c.keys.missing_keys), strings(c.keys.unexpected_keys), strings(c.errors)});
+      });
+    });
+    handle("load", [this](std::string path, Value sd, bool strict, bool assign) {
+      return guard(path, [&](nn::Module& m) {
+        nn::IncompatibleKeys k = m.load_state_dict(dict_of(sd), strict, assign);
+        return Value(List{strings(k.missing_keys), strings(k.unexpected_keys)});
+      });
+    });
+    handle("train", [this](std::string path, bool mode) { guard(path, [&](nn::Module& m) { m.train(mode); return Value(); }); });
+    handle("rgrad", [this](std::string path, bool on) { guard(path, [&](nn::Module& m) { m.requires_grad_(on); return Value(); }); });
+    handle("zgrad", [this](std::string path, bool none) { guard(path, [&](nn::Module& m) { m.zero_grad(none); return Value(); }); });
+    handle("to", [this](std::string path, std::string device, int64_t dtype) {
+      guard(path, [&](nn::Module& m) {
+        std::optional<Device> d;
+        if (!device.empty()) d = Device(device);
+        std::optional<ScalarType> t;
+        if (dtype >= 0) t = static_cast<ScalarType>(dtype);
+        m.to(d, t);
+        return Value();
+      });
+    });
+    handle("type", [this](std::string path, int64_t dtype) {
+      guard(path, [&](nn::Module& m) { m.type(static_cast<ScalarType>(dtype)); return Value(); });
+    });
+    handle("toempty", [this](std::string path, std::string device, bool recurse) {
+      guard(path, [&](nn::Module& m) { m.to_empty(Device(device), recurse); return Value(); });
+    });
+    handle("apply", [this](std::string path, std::string fn) { guard(path, [&](nn::Module& m) { m.apply(fn); return Value(); }); });
+    handle("hook", [this](std::string path, std::string kind, std::string name, bool prepend, bool always_call) {
+      return guard(path, [&](nn::Module& m) { return Value(add_hook(m, kind, name, prepend, always_call)); });
+    });
+    handle("unhook", [this](int64_t id) {
+      auto it = hooks_.find(id);
+      if (it == hooks_.end()) return;
+      it->second.remove();
+      hooks_.erase(it);
+    });
+    handle("repr", [this](std::string path) { return guard(path, [&](nn::Module& m) { return Value(m.repr()); }); });
+    handle("opt_new", [this](std::string path, std::string kind, Value options) {
+      return guard(path, [&](nn::Module& m) {
+        nn::StateDict sd = dict_of(options);
+        auto opt = make_optimizer(m.parameters(), *options_of(kind, sd));
+        int64_t id = next_id_++;
+        optimizers_[id] = std::move(opt);
+        return Value(id);
+      });
+    });
+    handle("opt_step", [this](int64_t id) { optimizer(id).step(); });
+    handle("opt_zero", [this](int64_t id, bool none) { optimizer(id).zero_grad(none); });
+    handle("opt_drop", [this](int64_t id) { optimizers_.erase(id); });
+  }
+
+ private:
+  // Runs fn on the module at `path`; an exception gets the path and class in front of its text.
+  template <class F>
+  Value guard(const std::string& path, F fn) {
+    nn::PlacedBypass bypass;
+    nn::ModulePtr m;
+    try {
+      m = path.empty() ? root_ : root_->get_submodule(path);
+    } catch (const std::exception& e) {
+      throw ActorError("module `" + path + "` of the hosted " + root_->name() + ": " + e.what());
+    }
+    try {
+      return fn(*m);
+    } catch (const std::exception& e) {
+      throw ActorError("module `" + (path.empty() ? std::string("<root>") : path) + "` (" + m->name() + "): " + e.what());
+    }
+  }
+
+  // fwd(path, args, kwargs, flags, key): flags bit 0 = grad mode on at the caller, bit 1 = run call()
+  // (hooks) rather than forward_args. Returns [recorded, output].
+  Value forward(const List& a) {
+    if (a.size() != 5) detail::throw_arity("fwd", 5, a.size());
+    const std::string& path = a[0].as<std::string>();
+    const int64_t flags = a[3].as<int64_t>();
+    const int64_t key = a[4].as<int64_t>();
+    const bool grad = flags & 1;
+    return guard(path, [&](nn::Module& m) {
+      std::optional<NoGradGuard> no_grad;
+      std::optional<EnableGradGuard> enable_grad;
+      if (grad) enable_grad.emplace();
+      else no_grad.emplace();
+      std::vector<Tensor> leaves;
+      auto leaf = [&](const Tensor& t) {
+        if (!t.defined()) return t;
+        Tensor l = t.detach();
+        if (grad && t.requires_grad()) l.requires_grad_(true);
+        leaves.push_back(l);
+        return l;
+      };
+      auto arg = [&](const Value& v) {
+        nn::Value x = from_value<nn::Value>(v);
+        if (x.is_tensor()) return nn::Value(leaf(x.tensor()));
+        if (x.is_tuple()) {
+          nn::Value::TensorTuple ts;
+          for (auto& t : x.tuple()) ts.push_back(leaf(t));
+          return nn::Value(std::move(ts));
+        }
+        return x;
+      };
+      nn::Args args;
+      for (const auto& v : a[1].as<List>()) args.push_back(arg(v));
+      nn::Kwargs kwargs;
+      for (const auto& e : a[2].as<List>()) {
+        const List& p = e.as<List>();
+        kwargs[p.at(0).as<std::string>()] = arg(p.at(1));
+      }
+      nn::Value out = (flags & 2) ? m.call(std::move(args), std::move(kwargs)) : m.forward_args(args, kwargs);
+      std::vector<Tensor> outs = out.tensors();
+      bool recorded = false;
+      if (grad)
+        for (const auto& o : outs) recorded = recorded || (o.defined() && o.requires_grad());
+      if (recorded) recorded_[key] = Recorded{std::move(leaves), outs};
+      nn::Value detached = out;
+      if (out.is_tensor()) detached = nn::Value(out.tensor().detach());
+      else if (out.is_tuple()) {
+        nn::Value::TensorTuple ts;
+        for (auto& t : out.tuple()) ts.push_back(t.defined() ? t.detach() : t);
+        detached = nn::Value(std::move(ts));
+      }
+      return Value(List{Value(recorded), to_value(detached)});
+    });
+  }
+
+  // bwd(key, grads): backward from the outputs of forward `key` with the caller's gradients; returns the
+  // gradients of its inputs (none where an input needs none).
+  List backward(int64_t key, const List& grads) {
+    nn::PlacedBypass bypass;
+    auto it = recorded_.find(key);
+    if (it == recorded_.end()) autograd::throw_backward_twice();
+    Recorded& r = it->second;
+    if (grads.size() != r.outputs.size())
+      throw ActorError("backward got " + std::to_string(grads.size()) + " gradients for " +
+                       std::to_string(r.outputs.size()) + " outputs");
+    std::vector<Tensor> roots, root_grads;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].is_none() || !r.outputs[i].defined() || !r.outputs[i].requires_grad()) continue;
+      roots.push_back(r.outputs[i]);
+      root_grads.push_back(grads[i].as<Tensor>());
+    }
+    if (!roots.empty()) autograd::backward(roots, root_grads, /*retain_graph=*/true);
+    List out;
+    out.reserve(r.inputs.size());
+    for (auto& x : r.inputs) {
+      if (x.requires_grad() && x.grad().defined()) {
+        out.emplace_back(x.grad());
+        x.set_grad(Tensor());
+      } else {
+        out.emplace_back();
+      }
+    }
+    return out;
+  }
+
+  int64_t add_hook(nn::Module& m, const std::string& kind, const std::string& name, bool prepend, bool always_call) {
+    nn::RemovableHandle h;
+    if (kind == "forward_pre") h = m.register_forward_pre_hook(name, prepend);
+    else if (kind == "forward") h = m.register_forward_hook(name, nn::HookOptions{prepend, always_call});
+    else if (kind == "backward_pre") h = m.register_full_backward_pre_hook(name, prepend);
+    else if (kind == "backward") h = m.register_full_backward_hook(name, prepend);
+    else if (kind == "legacy_backward") h = m.register_backward_hook(name);
+    else if (kind == "state_dict_pre") h = m.register_state_dict_pre_hook(name);
+    else if (kind == "load_post") h = m.register_load_state_dict_post_hook(name);
+    else throw ActorError("unknown hook kind '" + kind + "'");
+    int64_t id = next_id_++;
+    hooks_[id] = h;
+    return id;
+  }
+
+  optim::Optimizer& optimizer(int64_t id) {
+    auto it = optimizers_.find(id);
+    if (it == optimizers_.end()) throw ActorError("no optimizer " + std::to_string(id) + " on this host");
+    return *it->second;
+  }
+
+  nn::ModulePtr root_;
+  std::unordered_map<int64_t, Recorded> recorded_;
+  std::unordered_map<int64_t, nn::RemovableHandle> hooks_;
+  std::unordered_map<int64_t, std::unique_ptr<optim::Optimizer>> optimizers_;
+  int64_t next_id_ = 1;
+};
+
+// The host's factory: ("factory", name, args) builds the module there; ("handoff", id) takes the module
+// handed over in this process.
+std::unique_ptr<Actor> make_host(const List& a) {
+  if (a.size() != 3) detail::throw_arity("factory 'troupe.ModuleHost'", 3, a.size());
+  const std::string& how = a[0].as<std::string>();
+  nn::ModulePtr m;
+  if (how == "handoff") {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = handoffs().find(a[1].as<int64_t>());
+    if (it == handoffs().end()) throw ActorError("no module was handed over as " + std::to_string(a[1].as<int64_t>()));
+    m = std::move(it->second);
+    handoffs().erase(it);
+  } else {
+    const std::string& name = a[1].as<std::string>();
+    ModuleFactory f;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      auto it = factories().find(name);
+      if (it != factories().end()) f = it->second;
+    }
+    if (!f) {
+      std::string known;
+      for (const auto& k : module_factory_names()) known += (known.empty() ? "" : ", ") + k;
+      throw ActorError("no module factory '" + name + "' (registered: " + (known.empty() ? "none" : known) +
+                       "); register it on every rank with actors::register_module<M, Args...>(\"" + name + "\")");
+    }
+    m = f(a[2].as<List>());
+    if (!m) throw ActorError("module factory '" + name + "' returned null");
+  }
+  return std::make_unique<ModuleHost>(std::move(m));
+}
+
+const bool g_host_registered = [] {
+  register_factory("troupe.ModuleHost", make_host);
+  return true;
+}();
+
+// ------------------------------------------------------------------------------------------------
+// the caller's side of a recorded forward
+
+/// One recorded forward on a host: its key; dropping the last reference tells the host to free it.
+struct RemoteCall {
+  ActorRef host;
+  int64_t key;
+  RemoteCall(ActorRef h, int64_t k) : host(std::move(h)), key(k) {}
+  ~RemoteCall() {
+    try {
+      if (running()) host.send("rel", key);
+    } catch (const std::exception&) {
+    }
+  }
+};
+
+/// The node a forward through a proxy records: backward asks the host to run its part.
+struct RemoteCallNode : autograd::Node {
+  std::shared_ptr<RemoteCall> call;
+  std::string what;
+  explicit RemoteCallNode(std::shared_ptr<RemoteCall> c, std::string w) : call(std::move(c)), what(std::move(w)) {}
+  ~RemoteCallNode() override { teardown(); }
+  std::string name() const override { return "RemoteModuleBackward"; }
+  bool materializes_grads() const override { return false; }
+  void release_variables() override { call.reset(); }
+  void clear_captures() override { call.reset(); }
+  autograd::variable_list apply(autograd::variable_list&& grads) override {
+    if (!call) autograd::throw_backward_twice();
+    if (autograd::GradMode::is_enabled())
+      throw ActorError("[actors] backward with create_graph=True through " + what + " is not supported");
+    List g;
+    g.reserve(grads.size());
+    for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+    List r = call->host.request<List>("bwd", call->key, std::move(g)).get();
+    autograd::variable_list out(num_outputs());
+    for (size_t i = 0; i < r.size() && i < out.size(); ++i)
+      if (!r[i].is_none()) out[i] = r[i].as<Tensor>();
+    return out;
+  }
+};
+
+nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
+                 const std::string& what) {
+  auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key), what);
+  node->next_edges.reserve(inputs.size());
+  for (const auto& t : inputs)
+    node->next_edges.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : autograd::Edge{});
+  std::vector<Tensor> outs = out.tensors();
+  uint32_t nr = 0;
+  for (auto& o : outs) {
+    node->input_meta.push_back({o.sizes().vec(), o.dtype(), o.device()});
+    if (o.defined() && is_floating_point(o.dtype())) {
+      auto& m = autograd::meta(o);
+      m.grad_fn = node;
+      m.output_nr = nr;
+    }
+    ++nr;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// registry
+
+void register_module_factory(const std::string& name, ModuleFactory factory) {
+  std::lock_guard<std::mutex> g(g_mu);
+  factories()[name] = std::move(factory);
+}
+bool has_module_factory(const std::string& name) {
+  std::lock_guard<std::mutex> g(g_mu);
+  return factories().count(name) != 0;
+}
+std::vector<std::string> module_factory_names() {
+  std::lock_guard<std::mutex> g(g_mu);
+  std::vector<std::string> out;
+  for (const auto& [k, v] : factories()) out.push_back(k);
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// host()
+
+namespace {
+RemoteModulePtr make_root_proxy(Runtime& rt, int rank, List spawn_args, std::string name) {
+  (void)g_host_registered;
+  if (name.empty()) name = "troupe.host" + std::to_string(g_next_host++);
+  ActorRef ref = rt.spawn_on_list(rank, name, "troupe.ModuleHost", std::move(spawn_args));
+  List info = ref.request<List>("submod", std::string()).get();
+  auto p = std::make_shared<RemoteModule>(ref, "", info.at(0).as<std::string>(), rt.rank(), info.at(1).as<bool>());
+  return p;
+}
+}  // namespace
+
+RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List args, std::string name) {
+  auto p = make_root_proxy(rt, rank, List{Value("factory"), Value(factory), Value(std::move(args))}, std::move(name));
+  p->set_owner(true);
+  return p;
+}
+
+RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args,
+                     std::string name) {
+  if (!module) throw ActorError("[actors] host(): the module is null");
+  if (module->is_remote()) throw ActorError("[actors] host(): the module is already hosted (a RemoteModule)");
+  RemoteModulePtr p;
+  if (!rt.networked()) {
+    int64_t id = g_next_handoff++;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      handoffs()[id] = module;
+    }
+    try {
+      p = make_root_proxy(rt, rank, List{Value("handoff"), Value(id), Value(List{})}, std::move(name));
+    } catch (...) {
+      std::lock_guard<std::mutex> g(g_mu);
+      handoffs().erase(id);
+      throw;
+    }
+  } else {
+    const std::string f = factory.empty() ? module->name() : factory;
+    if (!has_module_factory(f))
+      throw ActorError("[actors] host(): moving a " + module->name() + " to rank " + std::to_string(rank) +
+                       " needs a module factory to build it there; none is registered as '" + f +
+                       "' (register it on every rank with actors::register_module<M, Args...>(\"" + f + "\"))");
+    p = make_root_proxy(rt, rank, List{Value("factory"), Value(f), Value(std::move(args))}, std::move(name));
+    p->load_state_dict(module->state_dict(), true, false);
+    p->train(module->is_training());
+    // requires_grad flags that differ from a fresh build
+    auto local = module->named_parameters();
+    bool all = true, none = true;
+    for (const auto& [k, t] : local) (t.requires_grad() ? none : all) = false;
+    if (!local.empty() && none) p->requires_grad_(false);
+    else if (!all && !none)
+      throw ActorError("[actors] host(): a " + module->name() +
+                       " whose parameters are partly frozen cannot be moved across processes yet; freeze them on the "
+                       "host instead (apply with a registered function)");
+  }
+  p->set_owner(true);
+  return p;
+}
+
+// ------------------------------------------------------------------------------------------------
+// RemoteModule
+
+RemoteModule::RemoteModule(ActorRef host, std::string path, std::string class_name, int64_t caller_rank, bool training)
+    : host_(std::move(host)), path_(std::move(path)), class_name_(std::move(class_name)), caller_rank_(caller_rank) {
+  training_ = training;
+}
+
+RemoteModule::~RemoteModule() {
+  if (!owner_) return;
+  try {
+    if (running()) host_.stop();
+  } catch (const std::exception&) {
+  }
+}
+
+template <class R, class... A>
+R RemoteModule::ask(const std::string& method, A&&... args) const {
+  return host_.request<R>(method, path_, std::forward<A>(args)...).get();
+}
+
+RemoteModulePtr RemoteModule::sub(const std::string& rel, const std::string& class_name, bool training) const {
+  return std::make_shared<RemoteModule>(host_, join_path(path_, rel), class_name, caller_rank_, training);
+}
+
+std::string RemoteModule::repr() const {
+  std::string r = ask<std::string>("repr");
+  return "[rank " + std::to_string(host_rank()) + "] " + r;
+}
+
+nn::ModulePtr RemoteModule::clone(const std::optional<Device>&) const {
+  throw ActorError("[actors] clone() of " + class_name_ + " hosted on rank " + std::to_string(host_rank()) +
+                   ": a hosted module is not copied; host a second one (actors::host) and load its state_dict");
+}
+
+// ---- forward
+
+Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) {
+  const bool grad = autograd::GradMode::is_enabled();
+  std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
+  List a;
+  a.reserve(args.size());
+  for (const auto& v : args) a.push_back(to_value(v));
+  List kw;
+  for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
+  const int64_t key = (caller_rank_ << 44) | g_next_call++;
+  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 3 : 2), key);
+  ActorRef h = host_;
+  std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank());
+  return f.then([inputs = std::move(inputs), h, key, what](List r) {
+    nn::Value out = from_value<nn::Value>(r.at(1));
+    if (!r.at(0).as<bool>()) return out;
+    return attach(std::move(out), inputs, h, key, what);
+  });
+}
+
+nn::Value RemoteModule::call(nn::Args args, nn::Kwargs kwargs) {
+  return forward_async(std::move(args), std::move(kwargs)).get();
+}
+
+nn::Value RemoteModule::forward_args(const nn::Args& args, const nn::Kwargs& kwargs) {
+  // forward without the hooks (as Module::forward_args): flags bit 1 off
+  const bool grad = autograd::GradMode::is_enabled();
+  std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
+  List a;
+  for (const auto& v : args) a.push_back(to_value(v));
+  List kw;
+  for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
+  const int64_t key = (caller_rank_ << 44) | g_next_call++;
+  List r = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 1 : 0), key).get();
+  nn::Value out = from_value<nn::Value>(r.at(1));
+  if (!r.at(0).as<bool>()) return out;
+  return attach(std::move(out), inputs, host_, key, class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank()));
+}
+
+Tensor RemoteModule::forward(const Tensor& input) {
+  nn::Value out = forward_args(nn::Args{nn::Value(input)}, {});
+  if (!out.is_tensor()) throw ActorError("[" + class_name_ + "] forward returned " + out.kind() + ", not a Tensor");
+  return out.tensor();
+}
+
+// ---- traversal
+
+OrderedDict<std::string, Tensor> RemoteModule::named_parameters(const std::string& prefix, bool recurse,
+                                                                bool remove_duplicate) const {
+  return dict_of(host_.request<Value>("members", path_, prefix, recurse, remove_duplicate, false).get());
+}
+
+OrderedDict<std::string, Tensor> RemoteModule::named_buffers(const std::string& prefix, bool recurse,
+                                                             bool remove_duplicate) const {
+  return dict_of(host_.request<Value>("members", path_, prefix, recurse, remove_duplicate, true).get());
+}
+
+OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_children() const {
+  OrderedDict<std::string, nn::ModulePtr> out;
+  for (const auto& e : ask<List>("children")) {
+    const List& t = e.as<List>();
+    out.insert_or_assign(t.at(0).as<std::string>(), sub(t.at(0).as<std::string>(), t.at(1).as<std::string>(), t.at(2).as<bool>()));
+  }
+  return out;
+}
+
+OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_modules(const std::string& prefix, bool remove_duplicate) {
+  OrderedDict<std::string, nn::ModulePtr> out;
+  out.insert_or_assign(prefix, shared_from_this());
+  for (const auto& e : host_.request<List>("modules", path_, remove_duplicate).get()) {
+    const List& t = e.as<List>();
+    const std::string& rel = t.at(0).as<std::string>();
+    out.insert_or_assign(join_path(prefix, rel), sub(rel, t.at(1).as<std::string>(), t.at(2).as<bool>()));
+  }
+  return out;
+}
+
+nn::ModulePtr RemoteModule::get_submodule(const std::string& target) {
+  if (target.empty()) return shared_from_this();
+  const std::string full = join_path(path_, target);
+  List info;
+  try {
+    info = host_.request<List>("submod", full).get();
+  } catch (const ActorError& e) {
+    // the host's AttributeError text, after the request's context
+    throw;
+  }
+  return std::make_shared<RemoteModule>(host_, full, info.at(0).as<std::string>(), caller_rank_, info.at(1).as<bool>());
+}
+
+Tensor RemoteModule::get_parameter(const std::string& target) { return ask<Tensor>("getp", target, false); }
+Tensor RemoteModule::get_buffer(const std::string& target) { return ask<Tensor>("getp", target, true); }
+
+// ---- tree-wide operations
+
+nn::Module& RemoteModule::apply(const nn::ApplyFn&) {
+  throw std::invalid_argument("[apply] " + class_name_ + " `" + path_ + "` is hosted by an actor on rank " +
+                              std::to_string(host_rank()) +
+                              ", where a callable cannot travel: register the function (nn::registry::add_apply_fn(name, "
+                              "fn), on every rank) and call apply(name)");
+}
+
+nn::Module& RemoteModule::apply(const std::string& registered_fn) {
+  nn::registry_detail::apply_fn(registered_fn);  // an unknown name fails here, with the registry's text
+  ask<void>("apply", registered_fn);
+  return *this;
+}
+
+nn::Module& RemoteModule::train(bool mode) {
+  ask<void>("train", mode);
+  training_ = mode;
+  return *this;
+}
+
+nn::Module& RemoteModule::requires_grad_(bool requires_grad) {
+  ask<void>("rgrad", requires_grad);
+  return *this;
+}
+
+void RemoteModule::zero_grad(bool set_to_none) { ask<void>("zgrad", set_to_none); }
+
+nn::Module& RemoteModule::to(std::optional<Device> device, std::optional<ScalarType> dtype, bool) {
+  if (dtype && !is_floating_point(*dtype))
+    throw std::invalid_argument(std::string("nn.Module.to only accepts floating point or complex dtypes, but got desired dtype=") +
+                                "torch." + dtype_name(*dtype));
+  ask<void>("to", device ? device->str() : std::string(), int64_t(dtype ? static_cast<int>(*dtype) : -1));
+  return *this;
+}
+
+nn::Module& RemoteModule::type(ScalarType dtype) {
+  ask<void>("type", int64_t(static_cast<int>(dtype)));
+  return *this;
+}
+
+nn::Module& RemoteModule::to_empty(Device device, bool recurse) {
+  ask<void>("toempty", device.str(), recurse);
+  return *this;
+}
+
+nn::Module& RemoteModule::apply_to_tensors(const std::function<Tensor(const Tensor&)>&, bool) {
+  throw std::invalid_argument("[apply_to_tensors] " + class_name_ + " `" + path_ + "` is hosted by an actor on rank " +
+                              std::to_string(host_rank()) + ", where a callable cannot travel (use to(), type() or apply(name))");
+}
+
+// ---- state
+
+nn::StateDict RemoteModule::state_dict(const std::string& prefix, bool keep_vars) {
+  return dict_of(host_.request<Value>("sd", path_, prefix, keep_vars).get());
+}
+
+void RemoteModule::save_to_state_dict(nn::StateDict& out, const std::string& prefix, bool keep_vars) const {
+  for (auto& [k, t] : dict_of(host_.request<Value>("sd", path_, prefix, keep_vars).get())) out.insert_or_assign(k, t);
+}
+
+nn::StateDictCheck RemoteModule::check_state_dict(const nn::StateDict& sd, const std::string& prefix) {
+  List r = ask<List>("sdcheck", Value(pairs_of(sd)), prefix);
+  nn::StateDictCheck c;
+  c.keys.missing_keys = from_value<std::vector<std::string>>(r.at(0));
+  c.keys.unexpected_keys = from_value<std::vector<std::string>>(r.at(1));
+  c.errors = from_value<std::vector<std::string>>(r.at(2));
+  return c;
+}
+
+nn::IncompatibleKeys RemoteModule::load_state_dict(const nn::StateDict& sd, bool strict, bool assign) {
+  List r;
+  try {
+    r = ask<List>("load", Value(pairs_of(sd)), strict, assign);
+  } catch (const ActorError& e) {
+    // keep the host's "Error(s) in loading state_dict for <Class>:" text readable at the front
+    std::string text = e.what();
+    auto at = text.find("Error(s) in loading state_dict");
+    if (at == std::string::npos) throw;
+    throw std::runtime_error(text.substr(at) + "\n\t(on rank " + std::to_string(host_rank()) + ")");
+  }
+  nn::IncompatibleKeys k;
+  k.missing_keys = from_value<std::vector<std::string>>(r.at(0));
+  k.unexpected_keys = from_value<std::vector<std::string>>(r.at(1));
+  return k;
+}
+
+// ---- hooks
+
+nn::RemovableHandle RemoteModule::add_hook(const char* kind, const std::string& registered_name, const char* api,
+                                           bool prepend, bool always_call) {
+  if (registered_name.empty())
+    throw std::invalid_argument(std::string("[") + api + "] " + class_name_ + " `" + path_ + "` is hosted by an actor on rank " +
+                                std::to_string(host_rank()) +
+                                ", which runs its hooks: a callable cannot travel there; register the hook by name "
+                                "(nn::registry, on every rank) and pass the name");
+  int64_t id = ask<int64_t>("hook", std::string(kind), registered_name, prepend, always_call);
+  ActorRef h = host_;
+  return nn::RemovableHandle([h, id] {
+    try {
+      if (running()) h.send("unhook", id);
+    } catch (const std::exception&) {
+    }
+  });
+}
+
+nn::RemovableHandle RemoteModule::register_state_dict_pre_hook(nn::StateDictPreHook, const std::string& name) {
+  return add_hook("state_dict_pre", name, "register_state_dict_pre_hook", false, false);
+}
+nn::RemovableHandle RemoteModule::register_load_state_dict_post_hook(nn::LoadStateDictPostHook, const std::string& name) {
+  return add_hook("load_post", name, "register_load_state_dict_post_hook", false, false);
+}
+nn::RemovableHandle RemoteModule::add_forward_pre_hook(nn::ForwardPreHookWithKwargs, bool prepend, bool,
+                                                       const std::string& name) {
+  return add_hook("forward_pre", name, "register_forward_pre_hook", prepend, false);
+}
+nn::RemovableHandle RemoteModule::add_forward_hook(nn::ForwardHookWithKwargs, nn::HookOptions options, bool,
+                                                   const std::string& name) {
+  return add_hook("forward", name, "register_forward_hook", options.prepend, options.always_call);
+}
+nn::RemovableHandle RemoteModule::add_backward_pre_hook(nn::BackwardPreHook, bool prepend, const std::string& name) {
+  return add_hook("backward_pre", name, "register_full_backward_pre_hook", prepend, false);
+}
+nn::RemovableHandle RemoteModule::add_backward_hook(nn::BackwardHook, bool prepend, const std::string& name) {
+  return add_hook("backward", name, "register_full_backward_hook", prepend, false);
+}
+nn::RemovableHandle RemoteModule::add_legacy_backward_hook(nn::BackwardHook, const std::string& name) {
+  return add_hook("legacy_backward", name, "register_backward_hook", false, false);
+}
+
+// ---- optimizers
+
+Future<int64_t> RemoteModule::make_optimizer(const optim::OptimizerOptions& options) {
+  nn::StateDict sd;
+  options.write(sd, "");
+  return host_.request<int64_t>("opt_new", path_, std::string(options_kind(options)), Value(pairs_of(sd)));
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, const optim::OptimizerOptions& options) {
+  const std::string kind = options_kind(options);
+  nn::StateDict sd;
+  options.write(sd, "");
+  auto o = options_of(kind, sd);
+  if (kind == "SGD") return std::make_unique<optim::SGD>(std::move(params), static_cast<optim::SGDOptions&>(*o));
+  if (kind == "Adam") return std::make_unique<optim::Adam>(std::move(params), static_cast<optim::AdamOptions&>(*o));
+  if (kind == "AdamW") return std::make_unique<optim::AdamW>(std::move(params), static_cast<optim::AdamWOptions&>(*o));
+  return std::make_unique<optim::RMSprop>(std::move(params), static_cast<optim::RMSpropOptions&>(*o));
+}
+
+namespace {
+// The tree's local parameters (de-duplicated) and its hosted subtrees, without walking into them.
+void split_tree(nn::Module& root, std::vector<Tensor>& local, std::vector<RemoteModule*>& remote) {
+  std::unordered_set<const nn::Module*> memo;
+  std::unordered_set<const TensorImpl*> seen;
+  std::vector<nn::Module*> stack{&root};
+  while (!stack.empty()) {
+    nn::Module* m = stack.back();
+    stack.pop_back();
+    if (!memo.insert(m).second) continue;
+    if (auto* r = dynamic_cast<RemoteModule*>(m)) {
+      remote.push_back(r);
+      continue;
+    }
+    for (const auto& [k, p] : m->parameters_dict())
+      if (p.defined() && seen.insert(p.impl()).second) local.push_back(p);
+    const auto& kids = m->children_dict().items();
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+      if (it->second) stack.push_back(it->second.get());
+  }
+}
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(const nn::ModulePtr& model, const optim::OptimizerOptions& options) {
+  if (!model) throw ActorError("[actors] DistributedOptimizer: the model is null");
+  std::vector<Tensor> local;
+  std::vector<RemoteModule*> remote;
+  split_tree(*model, local, remote);
+  std::vector<std::pair<ActorRef, Future<int64_t>>> pending;
+  for (auto* r : remote) pending.emplace_back(r->host_actor(), r->make_optimizer(options));
+  for (auto& [h, f] : pending) remote_.push_back({h, f.get()});
+  if (!local.empty()) local_ = make_optimizer(std::move(local), options);
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  for (auto& r : remote_) {
+    try {
+      if (running()) r.host.send("opt_drop", r.id);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void DistributedOptimizer::step() {
+  std::vector<Future<void>> fs;
+  fs.reserve(remote_.size());
+  for (auto& r : remote_) fs.push_back(r.host.request<void>("opt_step", r.id));
+  if (local_) local_->step();
+  for (auto& f : fs) f.get();
+}
+
+void DistributedOptimizer::zero_grad(bool set_to_none) {
+  std::vector<Future<void>> fs;
+  for (auto& r : remote_) fs.push_back(r.host.request<void>("opt_zero", r.id, set_to_none));
+  if (local_) local_->zero_grad(set_to_none);
+  for (auto& f : fs) f.get();
+}
+
+// ------------------------------------------------------------------------------------------------
+// place()
+
+std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
+                                             const std::map<std::string, int>& placement) {
+  if (!model) throw ActorError("[actors] place(): the model is null");
+  for (const auto& [a, ra] : placement) {
+    if (a.empty()) throw ActorError("[actors] place(): the root itself cannot be placed (use actors::host)");
+    for (const auto& [b, rb] : placement)
+      if (a != b && b.compare(0, a.size() + 1, a + ".") == 0)
+        throw ActorError("[actors] place(): `" + b + "` lies inside `" + a + "`, which is placed as a whole");
+    if (ra < 0 || ra >= rt.size())
+      throw ActorError("[actors] place(): `" + a + "` -> rank " + std::to_string(ra) + ", but there are " +
+                       std::to_string(rt.size()) + " ranks");
+  }
+  std::map<std::string, RemoteModulePtr> out;
+  for (const auto& [path, rank] : placement) {
+    nn::ModulePtr child = model->get_submodule(path);  // PyTorch's error text for a bad path
+    if (child->is_remote()) throw ActorError("[actors] place(): `" + path + "` is already hosted");
+    auto dot = path.rfind('.');
+    nn::ModulePtr parent = dot == std::string::npos ? model : model->get_submodule(path.substr(0, dot));
+    std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    RemoteModulePtr proxy = host(rt, child, rank);
+    parent->register_module(name, proxy);
+    child->set_placed(proxy);
+    out[path] = proxy;
+  }
+  return out;
+}
+
+}  // namespace troupe::actors
