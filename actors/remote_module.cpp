@@ -94,6 +94,14 @@ std::vector<Tensor> flat_tensors(const nn::Args& args, const nn::Kwargs& kwargs)
   return out;
 }
 
+// requires_grad of each tensor (the wire carries values only).
+std::vector<bool> needs_of(const std::vector<Tensor>& ts) {
+  std::vector<bool> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(t.defined() && t.requires_grad());
+  return out;
+}
+
 List pairs_of(const OrderedDict<std::string, Tensor>& d) {
   List l;
   l.reserve(d.size());
@@ -260,10 +268,11 @@ class ModuleHost : public Actor {
   // fwd(path, args, kwargs, flags, key): flags bit 0 = grad mode on at the caller, bit 1 = run call()
   // (hooks) rather than forward_args. Returns [recorded, output].
   Value forward(const List& a) {
-    if (a.size() != 5) detail::throw_arity("fwd", 5, a.size());
+    if (a.size() != 6) detail::throw_arity("fwd", 6, a.size());
     const std::string& path = a[0].as<std::string>();
     const int64_t flags = a[3].as<int64_t>();
     const int64_t key = a[4].as<int64_t>();
+    const std::vector<bool> needs = from_value<std::vector<bool>>(a[5]);  // requires_grad of each input tensor
     const bool grad = flags & 1;
     return guard(path, [&](nn::Module& m) {
       std::optional<NoGradGuard> no_grad;
@@ -271,10 +280,12 @@ class ModuleHost : public Actor {
       if (grad) enable_grad.emplace();
       else no_grad.emplace();
       std::vector<Tensor> leaves;
+      size_t n = 0;  // tensors seen, in the caller's flattening order (undefined ones included)
       auto leaf = [&](const Tensor& t) {
-        if (!t.defined()) return t;
-        Tensor l = t.detach();
-        if (grad && t.requires_grad()) l.requires_grad_(true);
+        const bool need = n < needs.size() && needs[n];
+        ++n;
+        Tensor l = t.defined() ? t.detach() : t;
+        if (grad && need && l.defined()) l.requires_grad_(true);
         leaves.push_back(l);
         return l;
       };
@@ -595,7 +606,7 @@ Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) 
   List kw;
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
   const int64_t key = (caller_rank_ << 44) | g_next_call++;
-  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 3 : 2), key);
+  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 3 : 2), key, needs_of(inputs));
   ActorRef h = host_;
   std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank());
   return f.then([inputs = std::move(inputs), h, key, what](List r) {
@@ -618,7 +629,7 @@ nn::Value RemoteModule::forward_args(const nn::Args& args, const nn::Kwargs& kwa
   List kw;
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
   const int64_t key = (caller_rank_ << 44) | g_next_call++;
-  List r = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 1 : 0), key).get();
+  List r = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 1 : 0), key, needs_of(inputs)).get();
   nn::Value out = from_value<nn::Value>(r.at(1));
   if (!r.at(0).as<bool>()) return out;
   return attach(std::move(out), inputs, host_, key, class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank()));

@@ -13,9 +13,11 @@
 
 #include <troupe/actors/auth.h>
 
+#include <troupe/optim/sgd.h>
 #include <troupe/tensor/ops.h>
 
 #include "actors_helpers.h"
+#include "remote_models.h"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -29,6 +31,7 @@ launch::Context& mpi_context() {
   static launch::Context ctx = [] {
     g_inited = true;
     register_test_actors();
+    register_remote_models();
     int argc = 1;
     std::string a0 = "actors_tests";
     char* args[] = {a0.data(), nullptr};
@@ -223,6 +226,104 @@ TEST(MpiActors, UnknownFactoryNamesTheRegistryAcrossProcesses) {
   if (ctx.rank == 0) {
     std::string e = error_of([&] { rt.spawn_on(ctx.size - 1, "x", "Nope"); });
     EXPECT_TRUE(contains(e, "no factory 'Nope'") && contains(e, "Counter")) << e;
+  }
+  ctx.world->barrier();
+}
+
+// ---- RemoteModule across processes: the same tree split over the ranks gives what it gives locally.
+
+namespace {
+std::string what_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(MpiRemoteModule, SplitTreeMatchesTheLocalTree) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    const int last = ctx.size - 1;
+    manual_seed(7);
+    Net local;
+    manual_seed(7);
+    Net placed;
+    auto proxies = place(rt, placed.ptr(), {{"enc", 1}, {"mid", last}, {"dec", 1}});
+    EXPECT_EQ(proxies["mid"]->host_rank(), last);
+    for (const auto& [k, t] : local->state_dict()) EXPECT_LT(max_diff(t, placed->state_dict()[k]), 1e-12) << k;
+    EXPECT_EQ(local->named_parameters().keys(), placed->named_parameters().keys());
+    EXPECT_EQ(local->named_modules().keys(), placed->named_modules().keys());
+
+    // forward and backward through every host; one SGD step with lr 1 shows every gradient
+    optim::SGD sgd(local->parameters(), optim::SGDOptions(1.0));
+    DistributedOptimizer dopt(placed.ptr(), optim::SGDOptions(1.0));
+    EXPECT_EQ(dopt.num_hosts(), 3u);
+    for (int step = 0; step < 2; ++step) {
+      manual_seed(11 + step);
+      Tensor x1 = randn({5, 4}, kFloat64).requires_grad_(true);
+      Tensor x2 = x1.detach().clone().requires_grad_(true);
+      sgd.zero_grad();
+      dopt.zero_grad();
+      Tensor y1 = local->forward(x1);
+      Tensor y2 = placed->forward(x2);
+      EXPECT_LT(max_diff(y1, y2), 1e-12);
+      (y1 * y1).sum().backward();
+      (y2 * y2).sum().backward();
+      EXPECT_LT(max_diff(x1.grad(), x2.grad()), 1e-12);
+      sgd.step();
+      dopt.step();
+    }
+    auto a = local->state_dict();
+    auto b = placed->state_dict();
+    ASSERT_EQ(a.keys(), b.keys());
+    for (const auto& [k, t] : a) EXPECT_LT(max_diff(t, b[k]), 1e-12) << k;
+
+    // load_state_dict: the same values, the same error text
+    auto bad = a;
+    bad.erase("dec.fc2.bias");
+    bad.insert_or_assign("enc.fc1.bias", zeros({7}, kFloat64));
+    EXPECT_EQ(what_of([&] { local->load_state_dict(bad); }), what_of([&] { placed->load_state_dict(bad); }));
+    manual_seed(3);
+    Net fresh;
+    local->load_state_dict(fresh->state_dict());
+    placed->load_state_dict(fresh->state_dict());
+    for (const auto& [k, t] : local->state_dict()) EXPECT_LT(max_diff(t, placed->state_dict()[k]), 1e-12) << k;
+
+    // a hook and apply by name run on the host
+    auto enc = placed->get_submodule("enc");
+    manual_seed(5);
+    Tensor x = randn({3, 4}, kFloat64);
+    Tensor y0 = (*enc)(x);
+    auto h = enc->register_forward_hook("test.double_output");
+    EXPECT_LT(max_diff((*enc)(x), y0 * 2.0), 1e-12);
+    h.remove();
+    EXPECT_LT(max_diff((*enc)(x), y0), 1e-12);
+    placed->apply("test.fill_half");
+    for (const auto& [k, t] : placed->state_dict())
+      if (k != "mid.scale") EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+    placed->eval();
+    EXPECT_FALSE(placed->get_submodule("dec.fc1")->is_training());
+    EXPECT_TRUE(contains(placed->repr(), "(mid): [rank " + std::to_string(last) + "] Mid(")) << placed->repr();
+
+    // an error on a host names the actor, its rank and the module
+    std::string e = what_of([&] { (*enc)(randn({2, 5}, kFloat64)); });
+    EXPECT_TRUE(contains(e, "(rank 1)") && contains(e, "module `<root>` (Block)")) << e;
+  }
+  ctx.world->barrier();
+}
+
+TEST(MpiRemoteModule, AStoppedHostFailsTheCallsNamingIt) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    auto blk = host(rt, ctx.size - 1, "Block", {}, "mpi.blk");
+    Tensor y = (*blk)(randn({2, 4}, kFloat64));
+    EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{2, 4}));
+    blk->host_actor().stop();
+    std::string e = what_of([&] { (*blk)(randn({2, 4}, kFloat64)); });
+    EXPECT_TRUE(contains(e, "mpi.blk")) << e;
   }
   ctx.world->barrier();
 }
