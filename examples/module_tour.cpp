@@ -1,10 +1,13 @@
 // A tour of troupe::nn: a Module with children, a forward hook, training a small classifier with plain
-// SGD, and a checkpoint round trip through safetensors.   Usage: module_tour [steps]
+// SGD (under a progress bar, the loss logged by step), and a checkpoint round trip through safetensors.
+// Usage: module_tour [steps (default 500)] [--metrics DIR|none (default runs/module_tour)]
 #include <troupe/troupe.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string>
 
 using namespace troupe;
 
@@ -21,7 +24,14 @@ struct NetImpl : nn::Module {
 TROUPE_MODULE(Net);
 
 int main(int argc, char** argv) {
-  int steps = argc > 1 ? std::atoi(argv[1]) : 500;
+  int steps = 500;
+  std::string metrics_dir = "runs/module_tour";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--metrics" && i + 1 < argc) metrics_dir = argv[++i];
+    else steps = std::atoi(argv[i]);
+  }
+  std::optional<metrics::SummaryWriter> writer;
+  if (metrics_dir != "none") writer.emplace(metrics_dir);
   manual_seed(0);
   Net net;
   std::cout << net << "\n";
@@ -33,14 +43,22 @@ int main(int argc, char** argv) {
   int64_t hook_calls = 0;
   auto handle = net->fc1->register_forward_hook([&](nn::Module&, const nn::Args&, const nn::Value&) { ++hook_calls; });
   nn::CrossEntropyLoss loss_fn;
+  metrics::ProgressBar bar(steps + 1, metrics::ProgressOptions().desc("train").unit("step"));
   for (int step = 0; step <= steps; ++step) {
     Tensor loss = loss_fn(net(x), y);
     net->zero_grad();
     loss.backward();
     NoGradGuard no_grad;
     for (auto& p : net->parameters()) p.sub_(p.grad() * 0.5);
-    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) std::printf("step %4d  loss %.4f\n", step, loss.item<float>());
+    if (writer) writer->add_scalar("loss", loss.item<double>(), step);
+    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) {
+      char line[64];
+      std::snprintf(line, sizeof line, "step %4d  loss %.4f", step, loss.item<float>());
+      bar.write(line);
+    }
+    bar.update();
   }
+  bar.close();
   handle.remove();
 
   net->eval();

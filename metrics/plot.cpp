@@ -111,7 +111,8 @@ std::string num(double v) {
 std::string tick_label(double v) {
   if (std::fabs(v) < 1e-12) v = 0;
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
+  // plain digits between 0.001 and a million ("15000", "0.25"), exponents outside
+  std::snprintf(buf, sizeof buf, v == 0 || (std::fabs(v) >= 1e-3 && std::fabs(v) < 1e6) ? "%.6g" : "%.3g", v);
   return buf;
 }
 
@@ -121,6 +122,32 @@ std::vector<std::pair<double, double>> points(const std::vector<double>& x, cons
   for (size_t i = 0; i < x.size(); ++i) p.emplace_back(x[i], y[i]);
   std::stable_sort(p.begin(), p.end(), [](auto& a, auto& b) { return a.first < b.first; });
   return p;
+}
+
+// At most the lowest and highest point of each pixel column, in x order, once a curve has more points
+// than two a column: a long run's curve keeps its envelope and the file stays small. Non-finite points
+// are kept (they break the line).
+template <typename PX>
+std::vector<std::pair<double, double>> thin(std::vector<std::pair<double, double>> p, const PX& px) {
+  std::vector<std::pair<double, double>> out;
+  size_t i = 0;
+  while (i < p.size()) {
+    if (!std::isfinite(p[i].first) || !std::isfinite(p[i].second)) {
+      out.push_back(p[i++]);
+      continue;
+    }
+    const double col = std::floor(px(p[i].first));
+    size_t j = i, lo = i, hi = i;
+    while (j < p.size() && std::isfinite(p[j].first) && std::isfinite(p[j].second) && std::floor(px(p[j].first)) == col) {
+      if (p[j].second < p[lo].second) lo = j;
+      if (p[j].second > p[hi].second) hi = j;
+      ++j;
+    }
+    out.push_back(p[std::min(lo, hi)]);
+    if (lo != hi) out.push_back(p[std::max(lo, hi)]);
+    i = j;
+  }
+  return out;
 }
 
 // Range of the finite values, widened when empty or flat.
@@ -174,7 +201,7 @@ void panel(std::ostringstream& o, double x0, double y0, double w, double h, cons
   o << "<text x=\"" << num(x0 + w / 2) << "\" y=\"" << num(y0 + h + 30) << "\" text-anchor=\"middle\">" << xlabel << "</text>\n";
   o << "</g>\n";
   for (const auto& c : curves) {
-    const auto pts = points(by_wall ? c.wall : c.step, c.value);
+    const auto pts = thin(points(by_wall ? c.wall : c.step, c.value), px);
     const std::string& color = series[c.series].color;
     // A polyline per run of finite values (NaN and infinities break the line).
     std::string seg;
@@ -234,7 +261,7 @@ std::string render_svg(const std::vector<RunLog>& runs, const PlotOptions& optio
   const double W = 960, pw = 380, ph = 200, left = 80, gap = 110, top_title = options.title.empty() ? 0 : 30;
   const double legend_h = 22.0 * static_cast<double>((L.series.size() + 3) / 4) + 10;
   const double row_h = ph + 75, top = top_title + legend_h + 30;
-  const double H = top + row_h * static_cast<double>(L.tags.size()) + 10;
+  const double H = top + row_h * static_cast<double>(L.tags.size()) - 25;
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(W) << "\" height=\"" << num(H) << "\" viewBox=\"0 0 "
     << num(W) << " " << num(H) << "\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n";

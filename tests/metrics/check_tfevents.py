@@ -95,10 +95,14 @@ def main():
     events_path, jsonl_path = sys.argv[1], sys.argv[2]
     Event = event_class()
     events = []
-    for body in records(events_path):
-        ev = Event()
-        ev.ParseFromString(body)
-        events.append(ev)
+    try:
+        for body in records(events_path):
+            ev = Event()
+            ev.ParseFromString(body)
+            events.append(ev)
+    except (ValueError, OSError) as e:
+        print(f"{events_path}: {e}")
+        return 1
     if not events or events[0].file_version != "brain.Event:2":
         print(f"{events_path}: the first event is not file_version brain.Event:2")
         return 1

@@ -8,6 +8,8 @@
 
 #include <troupe/metrics/plot.h>
 
+#include <cstdlib>
+
 using namespace troupe::metrics;
 namespace fs = std::filesystem;
 
@@ -100,6 +102,18 @@ TEST(Plot, NonFiniteValuesBreakTheLine) {
   EXPECT_EQ(svg.find("nan"), std::string::npos);
 }
 
+TEST(Plot, LongCurvesKeepTheirEnvelopePerPixelColumn) {
+  RunLog r{"long", {}};
+  for (int s = 0; s < 100000; ++s) r.records.push_back({"x", s, s % 2 ? 1.0 : -1.0, 1.0 * s, 0});
+  const std::string svg = render_svg({r});
+  // 380-pixel panels: at most two points a column, and both extremes drawn
+  const size_t start = svg.find("points=\""), end = svg.find('"', start + 8);
+  const std::string pts = svg.substr(start + 8, end - start - 8);
+  EXPECT_LE(count(pts, ","), 2 * 381);
+  EXPECT_GE(count(pts, ","), 2 * 370);
+  EXPECT_LT(svg.size(), 60000u);
+}
+
 TEST(Plot, SaveErrors) {
   std::vector<RunLog> runs = {make_run("a", 1, 3)};
   EXPECT_EQ(error_of([&] { save_plot(runs, "/nonexistent_dir_troupe/x.svg"); }),
@@ -112,4 +126,31 @@ TEST(Plot, SaveErrors) {
   std::getline(in, first);
   EXPECT_EQ(first.rfind("<svg", 0), 0u);
   fs::remove(out);
+}
+
+TEST(Plot, PngThroughGnuplot) {
+  std::vector<RunLog> runs = {make_run("a", 2, 30)};
+  fs::path out = fs::temp_directory_path() / ("troupe_plot_" + std::to_string(::getpid()) + ".png");
+  // Without gnuplot on PATH: one error saying so.
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", "/nonexistent_troupe", 1);
+  const std::string err = error_of([&] { save_plot(runs, out.string()); });
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(err, "[plot] writing '" + out.string() + "' (PNG) needs gnuplot, which is not on PATH; write .svg instead");
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  save_plot(runs, out.string(), PlotOptions{{}, "it's \"quoted\""});
+  std::ifstream in(out, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_GT(fs::file_size(out), 5000u);
+  fs::remove(out);
+}
+
+TEST(Plot, TickLabelsArePlainNumbers) {
+  RunLog r{"r", {}};
+  for (int s = 0; s <= 20000; s += 1000) r.records.push_back({"x", s, 0.25 * s, 1.0 * s, 0});
+  const std::string svg = render_svg({r});
+  EXPECT_NE(svg.find(">15000<"), std::string::npos);
+  EXPECT_EQ(svg.find("e+04"), std::string::npos);
 }
