@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -217,5 +218,10 @@ int train(const Config& cfg, launch::Context& ctx) {
 
 int main(int argc, char** argv) {
   const Config cfg = parse(argc, argv);
-  return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
+  try {
+    return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
+  } catch (const std::exception& e) {  // the first rank's error (an unwritable --metrics directory, ...)
+    std::fprintf(stderr, "ddp_digits: %s\n", e.what());
+    return 1;
+  }
 }

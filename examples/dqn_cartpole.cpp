@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <deque>
 #include <numeric>
@@ -31,7 +32,7 @@ struct QNetImpl : nn::Cloneable<QNetImpl> {
 };
 TROUPE_MODULE(QNet);
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int64_t max_frames = 150000;
   double target_return = 475;  // Gymnasium's threshold for CartPole-v1
   uint64_t seed = 0;
@@ -132,4 +133,14 @@ int main(int argc, char** argv) {
   }
   if (!solved) std::printf("mean return %.0f not reached within %lld frames\n", target_return, static_cast<long long>(max_frames));
   return solved ? 0 : 1;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dqn_cartpole: %s\n", e.what());
+    return 1;
+  }
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -23,7 +24,7 @@ struct NetImpl : nn::Module {
 };
 TROUPE_MODULE(Net);
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int steps = 500;
   std::string metrics_dir = "runs/module_tour";
   for (int i = 1; i < argc; ++i) {
@@ -76,4 +77,14 @@ int main(int argc, char** argv) {
   std::printf("restored from %s: outputs %s\n", path.c_str(), same ? "identical" : "DIFFER");
   std::remove(path.c_str());
   return same && accuracy.item<float>() > 0.8f ? 0 : 1;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "module_tour: %s\n", e.what());
+    return 1;
+  }
 }

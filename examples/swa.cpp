@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -40,7 +41,7 @@ double accuracy(nn::Module& model, data::DataLoader& loader) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int epochs = 30, swa_start = 20, ema_start = 1;
   double lr = 0.05, swa_lr = 0.01, min_accuracy = 0.9;
   uint64_t seed = 0;
@@ -147,4 +148,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "swa: %s\n", e.what());
+    return 1;
+  }
 }

@@ -3,13 +3,15 @@
 // Usage: tensor_tour [steps (default 2000)] [--metrics DIR|none (default runs/tensor_tour)]
 #include <troupe/troupe.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace troupe;
   int steps = 2000;
   std::string metrics_dir = "runs/tensor_tour";
@@ -52,4 +54,14 @@ int main(int argc, char** argv) {
   bar.close();
   std::cout << "loss " << first << " -> " << last << "\n";
   return last < first ? 0 : 1;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensor_tour: %s\n", e.what());
+    return 1;
+  }
 }

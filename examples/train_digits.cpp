@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -115,7 +116,7 @@ uint64_t checksum(const nn::StateDict& sd) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const Config cfg = parse(argc, argv);
   manual_seed(cfg.seed);
 
@@ -227,4 +228,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_digits: %s\n", e.what());
+    return 1;
+  }
 }

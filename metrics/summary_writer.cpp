@@ -48,14 +48,38 @@ std::string host_name() {
 SummaryWriter::SummaryWriter(std::string log_dir, SummaryWriterOptions options)
     : log_dir_(std::move(log_dir)), options_(std::move(options)) {
   if (log_dir_.empty()) throw MetricsError("[SummaryWriter] log_dir is empty");
-  if (const auto& g = options_.group()) {
+  const auto& g = options_.group();
+  if (g) {
     rank_ = g->rank();
     writer_ = rank_ == 0;
   } else if (auto w = comm::world()) {
     rank_ = w->rank();
   }
-  if (!writer_) return;
+  std::string error;
+  if (writer_) {
+    try {
+      open_files();
+    } catch (const MetricsError& e) {
+      close_files();
+      error = e.what();
+    }
+  }
+  if (g && g->size() > 1) {
+    // Every rank learns whether rank 0 could open its files, and fails alike when not (else the others
+    // would wait for it in their next collective).
+    Tensor len = tensor(std::vector<int64_t>{static_cast<int64_t>(error.size())});
+    g->broadcast(len, 0);
+    if (const int64_t n = len.item<int64_t>(); n > 0) {
+      Tensor text = zeros({n}, kUInt8);
+      if (writer_) std::memcpy(text.data_ptr(), error.data(), error.size());
+      g->broadcast(text, 0);
+      error.assign(static_cast<const char*>(text.data_ptr()), static_cast<size_t>(n));
+    }
+  }
+  if (!error.empty()) throw MetricsError(error);
+}
 
+void SummaryWriter::open_files() {
   std::error_code ec;
   if (fs::exists(log_dir_, ec) && !fs::is_directory(log_dir_, ec))
     throw MetricsError("[SummaryWriter] cannot create log directory '" + log_dir_ + "': a file of that name exists");

@@ -8,9 +8,10 @@
 //
 // Ranks: without a group the writer is this thread's alone and writes what it is given. With a group
 // (launch::Context::world: threads under --ranks N, processes under mpirun) only the group's rank 0
-// opens files; it writes its own records as they come, and the other ranks' at flush(), which is a
-// collective (two all_gathers: sizes, then the records as JSON lines), so every rank of the group calls
-// flush() and close() at the same points of its program. The destructor does not gather: rank 0 writes
+// opens files; it writes its own records as they come, and the other ranks' at flush(). The constructor
+// (a broadcast: rank 0's error, if it could not open its files, is thrown on every rank), flush() (two
+// all_gathers: sizes, then the records as JSON lines) and close() are collectives then: every rank of
+// the group calls them at the same points of its program. The destructor does not gather: rank 0 writes
 // what it holds, records still held by other ranks are dropped.
 //
 // A new writer (append false) starts metrics.jsonl and metrics.csv anew and removes the directory's
@@ -50,7 +51,7 @@ struct SummaryWriterOptions {
 class SummaryWriter {
  public:
   /// Creates `log_dir` (and its parents) on the writing rank. Throws MetricsError naming the path and
-  /// the reason when the directory or a file cannot be created.
+  /// the reason when the directory or a file cannot be created (with a group: on every rank).
   explicit SummaryWriter(std::string log_dir, SummaryWriterOptions options = {});
   /// Writes what this rank holds (no gather) and closes the files.
   ~SummaryWriter();
@@ -79,6 +80,7 @@ class SummaryWriter {
   int64_t records_written() const { return written_; }
 
  private:
+  void open_files();
   void write(const Record& r);
   void close_files();
 

@@ -237,6 +237,20 @@ TEST(SummaryWriter, LocalGroupEmptyFlushes) {
   fs::remove_all(dir);
 }
 
+// Rank 0 cannot open its files: every rank throws its error (none is left waiting in a collective).
+TEST(SummaryWriter, LocalGroupEveryRankSeesRankZerosError) {
+  fs::path file = scratch("group_file");
+  std::ofstream(file) << "x";
+  std::vector<std::string> errors(3);
+  comm::run_local(3, [&](comm::ProcessGroupPtr pg) {
+    errors[pg->rank()] = error_of([&] { SummaryWriter w((file / "run").string(), SummaryWriterOptions().group(pg)); });
+    pg->barrier();  // the group still works
+  });
+  for (const auto& e : errors)
+    EXPECT_EQ(e, "[SummaryWriter] cannot create log directory '" + (file / "run").string() + "': Not a directory");
+  fs::remove(file);
+}
+
 // The event file through the reference protobuf decoder (Debian's python3-protobuf), against the JSON lines.
 TEST(SummaryWriter, EventFileReadByPythonProtobuf) {
   std::string python;
