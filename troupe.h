@@ -17,8 +17,9 @@
 #include "optim/optim.h"
 #include "data/data.h"
 
-// Layers: comm (process groups; local, mpi, nccl backends), parallel (DDP, ZeRO, FSDP), launch
+// Layers: comm (process groups; local, mpi, nccl backends), metrics (progress, SummaryWriter, plots), parallel (DDP, ZeRO, FSDP), launch
 #include "comm/comm.h"
+#include "metrics/metrics.h"
 #include "parallel/parallel.h"
 #include "rl/rl.h"
 #include "launch/launch.h"

@@ -1,20 +1,25 @@
 // Trains the digits MLP (or conv net) data-parallel with DistributedDataParallel: every rank walks the
 // same shuffled global batches (same loader seed everywhere) and takes its own rows of each, so that N
 // ranks with --batch-size B train as one process with batches of N*B. Rank 0 prints one line per epoch
-// (loss and accuracy summed over the ranks with all_reduce) and the held-out accuracy.
+// (loss and accuracy summed over the ranks with all_reduce) under a progress bar, and the held-out
+// accuracy. Every rank logs its own batch losses to a metrics::SummaryWriter over the world group; rank
+// 0 writes them all (gathered at each epoch's flush) with the epoch figures.
 //
 //   ddp_digits --ranks 2                 # 2 ranks as threads of this process (local backend)
 //   mpirun -np 2 ddp_digits              # 2 processes (mpi backend): the same numbers
 //
 // Usage: ddp_digits [--ranks N] [--model mlp|conv] [--epochs N] [--batch-size B (per rank)] [--lr LR]
-//                   [--seed S] [--data PATH] [--min-accuracy A]
+//                   [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]
+// --metrics: the log directory (default runs/ddp_digits_<model>), see train_digits.
 #include <troupe/troupe.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "digits_models.h"
@@ -31,12 +36,13 @@ struct Config {
   uint64_t seed = 0;
   std::string data;
   double min_accuracy = 0.95;
+  std::string metrics;  // log directory ("none": off)
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "ddp_digits: %s\nusage: ddp_digits [--ranks N] [--model mlp|conv] [--epochs N] [--batch-size B]\n"
-               "                  [--lr LR] [--seed S] [--data PATH] [--min-accuracy A]\n",
+               "                  [--lr LR] [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]\n",
                why);
   std::exit(2);
 }
@@ -58,11 +64,13 @@ Config parse(int argc, char** argv) {
     else if (a == "--seed") c.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--data") c.data = value();
     else if (a == "--min-accuracy") c.min_accuracy = std::atof(value().c_str());
+    else if (a == "--metrics") c.metrics = value();
     else if (a == "--help" || a == "-h") usage("help");
     else usage(("unknown argument " + a).c_str());
   }
   if (c.model != "mlp" && c.model != "conv") usage(("--model must be mlp or conv, got " + c.model).c_str());
   if (c.epochs < 1 || c.batch_size < 1) usage("--epochs and --batch-size must be positive");
+  if (c.metrics.empty()) c.metrics = "runs/ddp_digits_" + c.model;
   return c;
 }
 
@@ -123,6 +131,12 @@ int train(const Config& cfg, launch::Context& ctx) {
 
   double test_acc = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  // Every rank's scalars, written by rank 0; flush() at the end of each epoch is a collective.
+  std::optional<metrics::SummaryWriter> writer;
+  if (cfg.metrics != "none") writer.emplace(cfg.metrics, metrics::SummaryWriterOptions().group(ctx.world));
+  const auto batches = static_cast<int64_t>(train_loader.size());
+  int64_t step = 0;
+  metrics::ProgressBar bar(cfg.epochs * batches, metrics::ProgressOptions().desc("train").unit("batch").disable(!lead));
   for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
     const auto e0 = std::chrono::steady_clock::now();
     ddp->train();
@@ -140,6 +154,9 @@ int train(const Config& cfg, launch::Context& ctx) {
       loss_sum += loss.item<double>() * static_cast<double>(rows);
       seen += static_cast<double>(rows);
       correct += static_cast<double>(eq(argmax(output.detach(), 1), y).sum().item<int64_t>());
+      ++step;
+      if (writer) writer->add_scalar("train/batch_loss", loss.item<double>(), step);  // this rank's shard
+      bar.update();
     }
     scheduler.step();
     Tensor stats = tensor(std::vector<double>{loss_sum, seen, correct}, kFloat64);
@@ -151,10 +168,25 @@ int train(const Config& cfg, launch::Context& ctx) {
     test_acc = accuracy(*ddp, test_loader);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
     if (lead) {
-      std::printf("epoch %2d/%d  lr %.5f  loss %.4f  train acc %.4f  test acc %.4f  (%.2f s)\n", epoch + 1, cfg.epochs,
-                  lr, s[0] / s[1], s[2] / s[1], test_acc, secs);
-      std::fflush(stdout);
+      char line[160];
+      std::snprintf(line, sizeof line, "epoch %2d/%d  lr %.5f  loss %.4f  train acc %.4f  test acc %.4f  (%.2f s)",
+                    epoch + 1, cfg.epochs, lr, s[0] / s[1], s[2] / s[1], test_acc, secs);
+      bar.write(line);
+      bar.set_postfix("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs) + ", test acc " +
+                      std::to_string(test_acc).substr(0, 6));
+      if (writer) {
+        writer->add_scalar("train/loss", s[0] / s[1], step);
+        writer->add_scalar("train/accuracy", s[2] / s[1], step);
+        writer->add_scalar("test/accuracy", test_acc, step);
+        writer->add_scalar("lr", lr, step);
+      }
     }
+    if (writer) writer->flush();  // on every rank
+  }
+  bar.close();
+  if (writer) {
+    writer->close();  // on every rank
+    if (lead) std::printf("metrics: %s/metrics.jsonl (every rank's batch losses, rank 0's epoch figures)\n", cfg.metrics.c_str());
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t sum = checksum(model->state_dict());
@@ -186,5 +218,10 @@ int train(const Config& cfg, launch::Context& ctx) {
 
 int main(int argc, char** argv) {
   const Config cfg = parse(argc, argv);
-  return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
+  try {
+    return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
+  } catch (const std::exception& e) {  // the first rank's error (an unwritable --metrics directory, ...)
+    std::fprintf(stderr, "ddp_digits: %s\n", e.what());
+    return 1;
+  }
 }

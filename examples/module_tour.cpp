@@ -1,10 +1,14 @@
 // A tour of troupe::nn: a Module with children, a forward hook, training a small classifier with plain
-// SGD, and a checkpoint round trip through safetensors.   Usage: module_tour [steps]
+// SGD (under a progress bar, the loss logged by step), and a checkpoint round trip through safetensors.
+// Usage: module_tour [steps (default 500)] [--metrics DIR|none (default runs/module_tour)]
 #include <troupe/troupe.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
 
 using namespace troupe;
 
@@ -20,8 +24,15 @@ struct NetImpl : nn::Module {
 };
 TROUPE_MODULE(Net);
 
-int main(int argc, char** argv) {
-  int steps = argc > 1 ? std::atoi(argv[1]) : 500;
+int run(int argc, char** argv) {
+  int steps = 500;
+  std::string metrics_dir = "runs/module_tour";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--metrics" && i + 1 < argc) metrics_dir = argv[++i];
+    else steps = std::atoi(argv[i]);
+  }
+  std::optional<metrics::SummaryWriter> writer;
+  if (metrics_dir != "none") writer.emplace(metrics_dir);
   manual_seed(0);
   Net net;
   std::cout << net << "\n";
@@ -33,14 +44,22 @@ int main(int argc, char** argv) {
   int64_t hook_calls = 0;
   auto handle = net->fc1->register_forward_hook([&](nn::Module&, const nn::Args&, const nn::Value&) { ++hook_calls; });
   nn::CrossEntropyLoss loss_fn;
+  metrics::ProgressBar bar(steps + 1, metrics::ProgressOptions().desc("train").unit("step"));
   for (int step = 0; step <= steps; ++step) {
     Tensor loss = loss_fn(net(x), y);
     net->zero_grad();
     loss.backward();
     NoGradGuard no_grad;
     for (auto& p : net->parameters()) p.sub_(p.grad() * 0.5);
-    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) std::printf("step %4d  loss %.4f\n", step, loss.item<float>());
+    if (writer) writer->add_scalar("loss", loss.item<double>(), step);
+    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) {
+      char line[64];
+      std::snprintf(line, sizeof line, "step %4d  loss %.4f", step, loss.item<float>());
+      bar.write(line);
+    }
+    bar.update();
   }
+  bar.close();
   handle.remove();
 
   net->eval();
@@ -58,4 +77,14 @@ int main(int argc, char** argv) {
   std::printf("restored from %s: outputs %s\n", path.c_str(), same ? "identical" : "DIFFER");
   std::remove(path.c_str());
   return same && accuracy.item<float>() > 0.8f ? 0 : 1;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "module_tour: %s\n", e.what());
+    return 1;
+  }
 }

@@ -6,12 +6,17 @@
 // The EMA starts after epoch --ema-start (default 1): its first update copies the model, and with
 // decay 0.999 a copy of the untrained net would still weigh 0.999^steps in the average.
 //
+// A progress bar over the batches (stderr); the per-epoch scalars and the final accuracies go to a
+// metrics::SummaryWriter (default runs/swa; plot with troupe-plot runs/swa/metrics.jsonl).
+//
 // Usage: swa [--epochs N] [--swa-start S] [--swa-lr LR] [--ema-start E] [--seed S] [--data PATH]
-//            [--min-accuracy A]
+//            [--min-accuracy A] [--metrics DIR|none]
 #include <troupe/troupe.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <optional>
 #include <string>
 
 #include "digits_models.h"
@@ -36,11 +41,11 @@ double accuracy(nn::Module& model, data::DataLoader& loader) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int epochs = 30, swa_start = 20, ema_start = 1;
   double lr = 0.05, swa_lr = 0.01, min_accuracy = 0.9;
   uint64_t seed = 0;
-  std::string data_path;
+  std::string data_path, metrics_dir = "runs/swa";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -55,9 +60,10 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = std::strtoull(v.c_str(), nullptr, 10);
     else if (a == "--data") data_path = v;
     else if (a == "--min-accuracy") min_accuracy = std::atof(v.c_str());
+    else if (a == "--metrics") metrics_dir = v;
     else {
       std::fprintf(stderr, "swa: unknown argument %s\nusage: swa [--epochs N] [--swa-start S] [--swa-lr LR] "
-                           "[--ema-start E] [--seed S] [--data PATH] [--min-accuracy A]\n", a.c_str());
+                           "[--ema-start E] [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]\n", a.c_str());
       return 2;
     }
   }
@@ -84,6 +90,10 @@ int main(int argc, char** argv) {
   swa_utils::AveragedModel ema_model(model, std::nullopt, nullptr, swa_utils::get_ema_multi_avg_fn(0.999),
                                      /*use_buffers=*/true);
 
+  std::optional<metrics::SummaryWriter> writer;
+  if (metrics_dir != "none") writer.emplace(metrics_dir);
+  metrics::ProgressBar bar(epochs * static_cast<int64_t>(loader.size()),
+                           metrics::ProgressOptions().desc("swa").unit("batch"));
   for (int epoch = 0; epoch < epochs; ++epoch) {
     const double lr_now = optimizer.param_groups()[0].options().get_lr();
     double loss_sum = 0;
@@ -96,6 +106,7 @@ int main(int argc, char** argv) {
       if (epoch >= ema_start) ema_model.update_parameters(*model);
       loss_sum += loss.item<double>() * static_cast<double>(batch.target.size(0));
       seen += batch.target.size(0);
+      bar.update();
     }
     const bool averaging = epoch > swa_start;
     if (averaging) {
@@ -104,10 +115,19 @@ int main(int argc, char** argv) {
     } else {
       scheduler.step();
     }
-    std::printf("epoch %2d/%d  lr %.5f  loss %.4f  test acc %.4f%s\n", epoch + 1, epochs, lr_now,
-                loss_sum / static_cast<double>(seen), accuracy(*model, test_loader),
-                averaging ? "  (averaged into SWA)" : "");
+    const double test_acc = accuracy(*model, test_loader);
+    char line[160];
+    std::snprintf(line, sizeof line, "epoch %2d/%d  lr %.5f  loss %.4f  test acc %.4f%s", epoch + 1, epochs, lr_now,
+                  loss_sum / static_cast<double>(seen), test_acc, averaging ? "  (averaged into SWA)" : "");
+    bar.write(line);
+    bar.set_postfix("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs));
+    if (writer) {
+      writer->add_scalar("train/loss", loss_sum / static_cast<double>(seen), epoch + 1);
+      writer->add_scalar("test/accuracy", test_acc, epoch + 1);
+      writer->add_scalar("lr", lr_now, epoch + 1);
+    }
   }
+  bar.close();
   // SWA weights never ran forward: recompute BatchNorm statistics for them.
   swa_utils::update_bn(loader, swa_model);
 
@@ -116,9 +136,26 @@ int main(int argc, char** argv) {
   const double ema = accuracy(ema_model, test_loader);
   std::printf("held-out accuracy: plain %.4f  SWA %.4f (%lld models averaged)  EMA %.4f\n", plain, swa,
               static_cast<long long>(swa_model.n_averaged.item<int64_t>()), ema);
+  if (writer) {  // the three final accuracies at the last epoch
+    writer->add_scalar("final/plain_accuracy", plain, epochs);
+    writer->add_scalar("final/swa_accuracy", swa, epochs);
+    writer->add_scalar("final/ema_accuracy", ema, epochs);
+    writer->close();
+    std::printf("metrics: %s/metrics.jsonl\n", metrics_dir.c_str());
+  }
   if (plain < min_accuracy || swa < min_accuracy || ema < min_accuracy) {
     std::fprintf(stderr, "swa: an accuracy is below %.3f\n", min_accuracy);
     return 1;
   }
   return 0;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "swa: %s\n", e.what());
+    return 1;
+  }
 }

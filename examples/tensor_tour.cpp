@@ -1,13 +1,27 @@
 // A tour of troupe's tensor layer: a two-layer network fitted to sin(x) by plain gradient descent,
-// using broadcasting, matmul, autograd and NoGradGuard. Run with a step count (default 2000).
+// using broadcasting, matmul, autograd and NoGradGuard, with a progress bar and the loss logged by step.
+// Usage: tensor_tour [steps (default 2000)] [--metrics DIR|none (default runs/tensor_tour)]
 #include <troupe/troupe.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace troupe;
-  int steps = argc > 1 ? std::atoi(argv[1]) : 2000;
+  int steps = 2000;
+  std::string metrics_dir = "runs/tensor_tour";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--metrics" && i + 1 < argc) metrics_dir = argv[++i];
+    else steps = std::atoi(argv[i]);
+  }
+  std::optional<metrics::SummaryWriter> writer;
+  if (metrics_dir != "none") writer.emplace(metrics_dir);
+  metrics::ProgressBar bar(steps, metrics::ProgressOptions().desc("fit").unit("step"));
   manual_seed(0);
   Tensor x = linspace(-3.0, 3.0, 128).unsqueeze(1);  // (128, 1)
   Tensor y = sin(x);                                  // the target
@@ -29,8 +43,25 @@ int main(int argc, char** argv) {
     }
     last = loss.item<double>();
     if (step == 0) first = last;
-    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) std::cout << "step " << step << "  loss " << last << "\n";
+    if (writer) writer->add_scalar("loss", last, step);
+    if (step % (steps / 5 > 0 ? steps / 5 : 1) == 0) {
+      std::ostringstream line;
+      line << "step " << step << "  loss " << last;
+      bar.write(line.str());
+    }
+    bar.update();
   }
+  bar.close();
   std::cout << "loss " << first << " -> " << last << "\n";
   return last < first ? 0 : 1;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tensor_tour: %s\n", e.what());
+    return 1;
+  }
 }

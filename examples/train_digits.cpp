@@ -1,10 +1,13 @@
 // Trains a classifier on the 8x8 handwritten digits shipped in datasets/digits (1,797 images), with the
 // training loop of PyTorch's modules note: forward, loss, zero_grad, backward, optimizer.step(), plus
-// an lr schedule, a held-out split, one progress line per epoch and a checkpoint that --resume continues
-// bit for bit.
+// an lr schedule, a held-out split, one line per epoch under a progress bar (stderr), scalars logged by
+// metrics::SummaryWriter, and a checkpoint that --resume continues bit for bit.
 //
 // Usage: train_digits [--model mlp|conv] [--epochs N] [--batch-size B] [--lr LR] [--seed S]
 //                     [--checkpoint PATH] [--resume] [--data PATH] [--min-accuracy A] [--stop-after K]
+//                     [--metrics DIR|none]
+// --metrics: where the scalars go (metrics.jsonl, metrics.csv, a TensorBoard event file; default
+// runs/train_digits_<model>; --resume appends to them); plot them with `troupe-plot DIR/metrics.jsonl`.
 // --stop-after K ends the run after epoch K as if it were interrupted (the schedule still spans
 // --epochs); a later --resume with the same flags continues from the checkpoint.
 #include <troupe/troupe.h>
@@ -12,8 +15,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "digits_models.h"
@@ -33,13 +38,14 @@ struct Config {
   std::string data;
   double min_accuracy = 0.95;
   int stop_after = -1;  // stop after this many epochs (as if interrupted); -1: run them all
+  std::string metrics;  // log directory; "" until parse() sets the default, "none": off
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "train_digits: %s\nusage: train_digits [--model mlp|conv] [--epochs N] [--batch-size B] [--lr LR]\n"
                "                    [--seed S] [--checkpoint PATH] [--resume] [--data PATH] [--min-accuracy A]\n"
-               "                    [--stop-after K]\n",
+               "                    [--stop-after K] [--metrics DIR|none]\n",
                why);
   std::exit(2);
 }
@@ -62,11 +68,13 @@ Config parse(int argc, char** argv) {
     else if (a == "--data") c.data = value();
     else if (a == "--min-accuracy") c.min_accuracy = std::atof(value().c_str());
     else if (a == "--stop-after") c.stop_after = std::atoi(value().c_str());
+    else if (a == "--metrics") c.metrics = value();
     else if (a == "--help" || a == "-h") usage("help");
     else usage(("unknown argument " + a).c_str());
   }
   if (c.model != "mlp" && c.model != "conv") usage(("--model must be mlp or conv, got " + c.model).c_str());
   if (c.epochs < 1 || c.batch_size < 1) usage("--epochs and --batch-size must be positive");
+  if (c.metrics.empty()) c.metrics = "runs/train_digits_" + c.model;
   return c;
 }
 
@@ -108,7 +116,7 @@ uint64_t checksum(const nn::StateDict& sd) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const Config cfg = parse(argc, argv);
   manual_seed(cfg.seed);
 
@@ -143,6 +151,13 @@ int main(int argc, char** argv) {
   double test_acc = 0;
   const auto t0 = std::chrono::steady_clock::now();
   const int end_epoch = cfg.stop_after >= 0 && cfg.stop_after < cfg.epochs ? cfg.stop_after : cfg.epochs;
+  // Scalars by global step (batches trained so far); a resumed run adds to the stopped run's files.
+  std::optional<metrics::SummaryWriter> writer;
+  if (cfg.metrics != "none") writer.emplace(cfg.metrics, metrics::SummaryWriterOptions().append(cfg.resume));
+  const auto batches = static_cast<int64_t>(train_loader.size());
+  int64_t step = static_cast<int64_t>(start_epoch) * batches;
+  metrics::ProgressBar bar(std::max(end_epoch - start_epoch, 0) * batches,
+                           metrics::ProgressOptions().desc("train").unit("batch"));
   for (int epoch = start_epoch; epoch < end_epoch; ++epoch) {
     const auto e0 = std::chrono::steady_clock::now();
     model->train();
@@ -159,14 +174,29 @@ int main(int argc, char** argv) {
       loss_sum += loss.item<double>() * static_cast<double>(n);
       seen += n;
       correct += eq(argmax(output.detach(), 1), batch.target).sum().item<int64_t>();
+      ++step;
+      if (writer) writer->add_scalar("train/batch_loss", loss.item<double>(), step);
+      bar.update();
     }
     scheduler.step();
     model->eval();
     test_acc = accuracy(*model, test_loader);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
-    std::printf("epoch %2d/%d  lr %.5f  loss %.4f  train acc %.4f  test acc %.4f  (%.2f s)\n", epoch + 1,
-                cfg.epochs, lr, loss_sum / static_cast<double>(seen),
-                static_cast<double>(correct) / static_cast<double>(seen), test_acc, secs);
+    const double train_loss = loss_sum / static_cast<double>(seen);
+    const double train_acc = static_cast<double>(correct) / static_cast<double>(seen);
+    char line[160];
+    std::snprintf(line, sizeof line, "epoch %2d/%d  lr %.5f  loss %.4f  train acc %.4f  test acc %.4f  (%.2f s)",
+                  epoch + 1, cfg.epochs, lr, train_loss, train_acc, test_acc, secs);
+    bar.write(line);  // stdout, above the bar
+    bar.set_postfix("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(cfg.epochs) + ", test acc " +
+                    std::to_string(test_acc).substr(0, 6));
+    if (writer) {
+      writer->add_scalar("train/loss", train_loss, step);
+      writer->add_scalar("train/accuracy", train_acc, step);
+      writer->add_scalar("test/accuracy", test_acc, step);
+      writer->add_scalar("lr", lr, step);
+      writer->flush();
+    }
 
     nn::StateDict ckpt;
     put(ckpt, "model.", model->state_dict());
@@ -175,6 +205,11 @@ int main(int argc, char** argv) {
     put(ckpt, "train_loader.", train_loader.state_dict());
     ckpt.insert("epoch", scalar_tensor(static_cast<int64_t>(epoch + 1), TensorOptions().dtype(kInt64)));
     nn::save(ckpt, cfg.checkpoint);
+  }
+  bar.close();
+  if (writer) {
+    writer->close();
+    std::printf("metrics: %s/metrics.jsonl (and .csv, TensorBoard events); plot with troupe-plot\n", cfg.metrics.c_str());
   }
   if (start_epoch >= end_epoch) {  // nothing left to train: just evaluate
     model->eval();
@@ -193,4 +228,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_digits: %s\n", e.what());
+    return 1;
+  }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the build dependencies on Debian 12 (idempotent; run as root or with sudo).
+# Installs the build dependencies on Debian 12 (idempotent; run as root or with sudo). python3-protobuf:
+# tests/metrics/check_tfevents.py reads TensorBoard event files with it (the test skips without it).
 #   bash scripts/setup.sh               libraries, tests
 #   bash scripts/setup.sh --with-torch  + libtorch-dev (benchmarks/demo compare against libtorch)
 # Does nothing (no apt-get at all) when every package is already installed.
@@ -10,7 +11,7 @@ with_torch=0
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -22,6 +23,7 @@ packages=(
   libcaf-dev libssl-dev libcereal-dev
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
+  python3-protobuf
 )
 if [[ $with_torch == 1 ]]; then
   packages+=(libtorch-dev)
