@@ -1,0 +1,213 @@
+// remote_bench: RemoteModule and distributed autograd across 2 processes (issue 12), beside their peers:
+//   mpirun -np 2 remote_bench [--quick]     (scripts/remote_bench.sh runs it with bench/remote_torch.py)
+//   remote_bench --ranks 2 [--quick]        two ranks as threads of one process (tensors by handle)
+// Rank 0 drives, rank 1 hosts; 1 troupe/OpenBLAS thread per rank. Cases:
+//   rtt           proxy forward of a hosted Linear(16, 16), batch 4, under no_grad (PyTorch's peer:
+//                 RemoteModule.forward outside a dist_autograd context); and with grad mode on (the call
+//                 records a RemoteCallNode; the host keeps the graph until the node is freed)
+//   transfer      a float32 tensor of 4 KB .. 64 MB to a host actor that answers its element count, vs raw
+//                 MPI: MPI_Send of the same buffer, MPI_Recv of an 8-byte answer (ratio = MPI / troupe)
+//   train step    two-stage MLP 784-1024-1024-10 (ReLU), batch 256: stage 1 local on rank 0, stage 2
+//                 (1024-1024, ReLU, 1024-10) hosted on rank 1; zero_grad, cross_entropy(stage2(stage1(x)), y),
+//                 backward through both ranks, DistributedOptimizer(SGD 0.01) step; and the same model run
+//                 locally on rank 0 (the compute floor)
+// Medians of samples; prints "troupe_remote_rtt_us", "troupe_remote_step_ms" for scripts/remote_bench.sh.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <troupe/actors/actors.h>
+#include <troupe/launch/launch.h>
+#include <troupe/nn/nn.h>
+#include <troupe/optim/sgd.h>
+#include <troupe/tensor/ops.h>
+
+extern "C" {
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+}
+
+using namespace troupe;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool g_quick = false;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Sink : actors::Actor {
+  Sink() {
+    handle("take", [](Tensor t) { return t.numel(); });
+  }
+};
+
+nn::ModulePtr make_stage1() {
+  return std::make_shared<nn::SequentialImpl>(nn::Linear(784, 1024), nn::ReLU());
+}
+nn::ModulePtr make_stage2() {
+  return std::make_shared<nn::SequentialImpl>(nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 10));
+}
+
+struct TwoStage : nn::Module {
+  nn::ModulePtr s1, s2;
+  TwoStage(nn::ModulePtr a, nn::ModulePtr b) {
+    s1 = register_module("s1", a);
+    s2 = register_module("s2", b);
+  }
+  Tensor forward(const Tensor& x) override { return (*s2)((*s1)(x)); }
+};
+
+double rtt_us(actors::RemoteModule& m, const Tensor& x, int reps) {
+  std::vector<double> us;
+  us.reserve(reps);
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    Tensor y = m(x);
+    us.push_back(secs(t0) * 1e6);
+  }
+  return median(us);
+}
+
+void drive(launch::Context& ctx) {
+  auto& rt = ctx.actors();
+  const int samples = g_quick ? 3 : 7;
+  std::printf("remote_bench: %s, 2 ranks, 1 thread each\n", rt.networked() ? "mpirun (2 processes)" : "--ranks 2 (one process)");
+
+  // ---- rtt
+  auto lin = actors::host(rt, 1, "Linear", {16, 16});
+  Tensor x = randn({4, 16});
+  const int reps = g_quick ? 200 : 1000;
+  for (int i = 0; i < 100; ++i) (*lin)(x);
+  std::vector<double> nog, withg;
+  for (int s = 0; s < samples; ++s) {
+    {
+      NoGradGuard g;
+      nog.push_back(rtt_us(*lin, x, reps));
+    }
+    withg.push_back(rtt_us(*lin, x, reps));
+  }
+  double rtt = median(nog);
+  std::printf("rtt  proxy forward Linear(16,16) batch 4, no_grad: %.1f us; grad mode on: %.1f us\n", rtt, median(withg));
+
+  // ---- transfer vs raw MPI (mpirun only: the MPI side needs two processes)
+  if (rt.networked()) {
+    auto sink = rt.spawn_on(1, "bench.sink", "Sink");
+    std::printf("transfer  bytes        troupe ms    MPI ms   MPI/troupe\n");
+    for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
+                          int64_t(64) << 20}) {
+      if (g_quick && bytes > (int64_t(16) << 20)) break;
+      Tensor t = randn({bytes / 4});
+      const int n = bytes >= (int64_t(16) << 20) ? 5 : 20;
+      std::vector<double> tr, mp;
+      for (int s = 0; s < samples; ++s) {
+        auto t0 = Clock::now();
+        for (int i = 0; i < n; ++i) sink.request<int64_t>("take", t).get();
+        tr.push_back(secs(t0) * 1e3 / n);
+        int cmd[2] = {1, static_cast<int>(bytes / 4)};
+        MPI_Send(cmd, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = Clock::now();
+        for (int i = 0; i < n; ++i) {
+          MPI_Send(t.data_ptr(), static_cast<int>(bytes / 4), MPI_FLOAT, 1, 78, MPI_COMM_WORLD);
+          int64_t ack = 0;
+          MPI_Recv(&ack, 1, MPI_INT64_T, 1, 79, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        mp.push_back(secs(t0) * 1e3 / n);
+        int done[2] = {2, n};
+        (void)done;
+      }
+      double a = median(tr), b = median(mp);
+      std::printf("transfer  %-10lld  %9.3f  %9.3f   %.2f\n", static_cast<long long>(bytes), a, b, b / a);
+    }
+    int stop[2] = {0, 0};
+    MPI_Send(stop, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+  }
+
+  // ---- two-stage train step
+  manual_seed(1234);
+  auto local_model = std::make_shared<TwoStage>(make_stage1(), make_stage2());
+  manual_seed(1234);
+  auto s1 = make_stage1();
+  auto s2 = actors::host(rt, 1, "Stage2");
+  auto split = std::make_shared<TwoStage>(s1, s2);
+  Tensor xb = randn({256, 784});
+  Tensor yb = randint(0, 10, {256});
+  optim::SGD sgd(local_model->parameters(), optim::SGDOptions(0.01));
+  actors::DistributedOptimizer dopt(split, optim::SGDOptions(0.01));
+  auto step_local = [&] {
+    sgd.zero_grad();
+    nn::functional::cross_entropy(local_model->forward(xb), yb).backward();
+    sgd.step();
+  };
+  auto step_split = [&] {
+    dopt.zero_grad();
+    nn::functional::cross_entropy(split->forward(xb), yb).backward();
+    dopt.step();
+  };
+  for (int i = 0; i < 3; ++i) {
+    step_local();
+    step_split();
+  }
+  const int steps = g_quick ? 5 : 20;
+  std::vector<double> tl, ts;
+  for (int s = 0; s < samples; ++s) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) step_local();
+    tl.push_back(secs(t0) * 1e3 / steps);
+    t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) step_split();
+    ts.push_back(secs(t0) * 1e3 / steps);
+  }
+  double step_ms = median(ts);
+  std::printf("train step two-stage MLP 784-1024-1024-10 batch 256: split over 2 ranks %.2f ms, local %.2f ms\n", step_ms,
+              median(tl));
+  std::printf("troupe_remote_rtt_us %.2f\n", rtt);
+  std::printf("troupe_remote_step_ms %.3f\n", step_ms);
+}
+
+// Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop.
+void serve_mpi() {
+  std::vector<float> buf;
+  while (true) {
+    int cmd[2];
+    MPI_Recv(cmd, 2, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (cmd[0] == 0) return;
+    buf.resize(cmd[1]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    // n sends follow, each answered; their count is not sent, so loop until the next command probe
+    while (true) {
+      MPI_Status st;
+      MPI_Probe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+      if (st.MPI_TAG != 78) break;
+      MPI_Recv(buf.data(), cmd[1], MPI_FLOAT, 0, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      int64_t ack = cmd[1];
+      MPI_Send(&ack, 1, MPI_INT64_T, 0, 79, MPI_COMM_WORLD);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+  set_num_threads(1);
+  if (openblas_set_num_threads) openblas_set_num_threads(1);
+  actors::register_actor<Sink>("Sink");
+  actors::register_module<nn::Linear, int64_t, int64_t>("Linear");
+  actors::register_module_factory("Stage2", [](const actors::List&) { return make_stage2(); });
+  return launch::run(argc, argv, [](launch::Context& ctx) {
+    if (ctx.rank == 0) drive(ctx);
+    else if (ctx.rank == 1 && ctx.actors().networked()) serve_mpi();
+    ctx.world->barrier();
+    return 0;
+  });
+}
