@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The issue-12 RemoteModule benchmark: builds remote_bench (Release, build-bench/), runs it under
+# `mpirun -np 2`, runs PyTorch 1.13's RPC (TensorPipe, RemoteModule, dist_autograd, DistributedOptimizer)
+# with the same cases (bench/remote_torch.py; skipped when /usr/bin/python3 has no torch), and prints the
+# ratios: PyTorch round trip / troupe round trip (target >= 10), PyTorch train step / troupe train step
+# (target >= 3). With --append the output is also appended to bench/results.txt.
+#   bash scripts/remote_bench.sh [--append] [--quick]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+append=0
+args=()
+for a in "$@"; do
+  case "$a" in
+    --append) append=1 ;;
+    *) args+=("$a") ;;
+  esac
+done
+
+build="build-bench"
+gen=()
+[[ -f "$build/CMakeCache.txt" ]] || gen=(-G Ninja)
+cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_BUILD_BENCH=ON -DTROUPE_BUILD_TESTS=OFF \
+  -DTROUPE_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$build" -j 2 --target remote_bench >/dev/null
+
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+python=/usr/bin/python3
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+{
+  echo "## remote_bench (mpirun -np 2) and remote_torch.py  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus; uptime:$(uptime | sed 's/.*load average/ load average/')"
+  echo
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$build/bench/remote_bench" "${args[@]+"${args[@]}"}" 2>&1 |
+    grep -v '^\[troupe\] rank'
+  echo
+  if "$python" -c "import torch" 2>/dev/null; then
+    "$python" bench/remote_torch.py "${args[@]+"${args[@]}"}" 2>&1 | grep -v -e "^WARNING: Logging" -e "tensorpipe_agent.cpp"
+  else
+    echo "remote_torch.py skipped: $python has no torch"
+  fi
+} | tee "$out"
+
+rtt=$(awk '/^troupe_remote_rtt_us/ {print $2}' "$out")
+step=$(awk '/^troupe_remote_step_ms/ {print $2}' "$out")
+trtt=$(awk '/^torch_remote_rtt_us/ {print $2}' "$out")
+tstep=$(awk '/^torch_remote_step_ms/ {print $2}' "$out")
+{
+  echo
+  if [[ -n "$rtt" && -n "$trtt" ]]; then
+    awk -v t="$rtt" -v p="$trtt" 'BEGIN { r = p / t;
+      printf "round trip PyTorch RemoteModule / troupe RemoteModule: %.0f us / %.0f us = %.1f (target >= 10: %s)\n", p, t, r, (r >= 10 ? "PASS" : "MISS") }'
+    awk -v t="$step" -v p="$tstep" 'BEGIN { r = p / t;
+      printf "train step PyTorch dist_autograd / troupe: %.1f ms / %.1f ms = %.1f (target >= 3: %s)\n", p, t, r, (r >= 3 ? "PASS" : "MISS") }'
+  else
+    echo "ratios: n/a"
+  fi
+  echo "uptime at end:$(uptime | sed 's/.*load average/ load average/')"
+} | tee -a "$out"
+
+if [[ $append -eq 1 ]]; then
+  { echo; cat "$out"; } >>bench/results.txt
+fi
