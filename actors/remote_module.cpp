@@ -381,10 +381,22 @@ class ModuleHost : public Actor {
   int64_t next_id_ = 1;
 };
 
-// The host's factory: ("factory", name, args) builds the module there; ("handoff", id) takes the module
-// handed over in this process.
 std::unique_ptr<Actor> make_host(const List& a) {
   if (a.size() != 3) detail::throw_arity("factory 'troupe.ModuleHost'", 3, a.size());
+  return std::make_unique<ModuleHost>(detail::build_module(a));
+}
+
+const bool g_host_registered = [] {
+  register_factory("troupe.ModuleHost", make_host);
+  return true;
+}();
+}  // namespace
+
+namespace detail {
+// ("factory", name, args) builds the module here; ("handoff", id, []) takes the module handed over in
+// this process.
+nn::ModulePtr build_module(const List& a) {
+  if (a.size() != 3) throw_arity("a module spec", 3, a.size());
   const std::string& how = a[0].as<std::string>();
   nn::ModulePtr m;
   if (how == "handoff") {
@@ -410,13 +422,32 @@ std::unique_ptr<Actor> make_host(const List& a) {
     m = f(a[2].as<List>());
     if (!m) throw ActorError("module factory '" + name + "' returned null");
   }
-  return std::make_unique<ModuleHost>(std::move(m));
+  return m;
 }
 
-const bool g_host_registered = [] {
-  register_factory("troupe.ModuleHost", make_host);
-  return true;
-}();
+List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args) {
+  if (!rt.networked()) {
+    int64_t id = g_next_handoff++;
+    std::lock_guard<std::mutex> g(g_mu);
+    handoffs()[id] = module;
+    return List{Value("handoff"), Value(id), Value(List{})};
+  }
+  const std::string f = factory.empty() ? module->name() : factory;
+  if (!has_module_factory(f))
+    throw ActorError("[actors] moving a " + module->name() + " to rank " + std::to_string(rank) +
+                     " needs a module factory to build it there; none is registered as '" + f +
+                     "' (register it on every rank with actors::register_module<M, Args...>(\"" + f + "\"))");
+  return List{Value("factory"), Value(f), Value(std::move(args))};
+}
+
+void drop_handoff(const List& spec) {
+  if (spec.empty() || spec[0].as<std::string>() != "handoff") return;
+  std::lock_guard<std::mutex> g(g_mu);
+  handoffs().erase(spec[1].as<int64_t>());
+}
+}  // namespace detail
+
+namespace {
 
 // ------------------------------------------------------------------------------------------------
 // the caller's side of a recorded forward
@@ -524,26 +555,16 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
   if (!module) throw ActorError("[actors] host(): the module is null");
   if (module->is_remote()) throw ActorError("[actors] host(): the module is already hosted (a RemoteModule)");
   RemoteModulePtr p;
+  List spec = detail::module_spec(rt, module, rank, factory, std::move(args));
   if (!rt.networked()) {
-    int64_t id = g_next_handoff++;
-    {
-      std::lock_guard<std::mutex> g(g_mu);
-      handoffs()[id] = module;
-    }
     try {
-      p = make_root_proxy(rt, rank, List{Value("handoff"), Value(id), Value(List{})}, std::move(name));
+      p = make_root_proxy(rt, rank, spec, std::move(name));
     } catch (...) {
-      std::lock_guard<std::mutex> g(g_mu);
-      handoffs().erase(id);
+      detail::drop_handoff(spec);
       throw;
     }
   } else {
-    const std::string f = factory.empty() ? module->name() : factory;
-    if (!has_module_factory(f))
-      throw ActorError("[actors] host(): moving a " + module->name() + " to rank " + std::to_string(rank) +
-                       " needs a module factory to build it there; none is registered as '" + f +
-                       "' (register it on every rank with actors::register_module<M, Args...>(\"" + f + "\"))");
-    p = make_root_proxy(rt, rank, List{Value("factory"), Value(f), Value(std::move(args))}, std::move(name));
+    p = make_root_proxy(rt, rank, std::move(spec), std::move(name));
     p->load_state_dict(module->state_dict(), true, false);
     p->train(module->is_training());
     // requires_grad flags that differ from a fresh build

@@ -69,6 +69,16 @@ void register_module(const std::string& name) {
 class RemoteModule;
 using RemoteModulePtr = std::shared_ptr<RemoteModule>;
 
+namespace detail {
+/// @private How a module reaches another rank's actor: ("handoff", id, []) in one process (the object
+/// itself), ("factory", name, args) across processes (built there; the caller then loads its state).
+List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args);
+/// @private Builds (or takes over) the module a spec names, on the receiving rank.
+nn::ModulePtr build_module(const List& spec);
+/// @private Forgets a hand-off that was never taken (the spawn failed).
+void drop_handoff(const List& spec);
+}  // namespace detail
+
 /// Hosts the module `factory(args)` on `rank` in a new host actor (named `name`, or "host<n>") and
 /// returns its proxy.
 RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List args = {}, std::string name = "");

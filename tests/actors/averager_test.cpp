@@ -1,0 +1,150 @@
+// The averager actor in one process (--ranks threads): the same averages as an in-process AveragedModel
+// fed the same snapshots (EMA, SWA, a registered function, buffers), a trainer that never waits on a
+// slow averager (coalesced updates, bounded), forward, load_into, update_bn, errors.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include <troupe/optim/swa_utils.h>
+
+#include "actors_helpers.h"
+#include "remote_models.h"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace troupe::actors::testing;
+namespace swa = troupe::optim::swa_utils;
+
+namespace {
+
+nn::Sequential small_model() {
+  manual_seed(3);
+  nn::Sequential m{nn::Linear(4, 8), nn::BatchNorm1d(8), nn::ReLU(), nn::Linear(8, 2)};
+  m->to(kFloat64);
+  return m;
+}
+
+// A training-like change of every parameter and of the BatchNorm statistics.
+void perturb(nn::Module& m, int step) {
+  NoGradGuard g;
+  manual_seed(100 + step);
+  for (auto p : m.parameters()) p.add_(randn(p.sizes(), kFloat64) * 0.1);
+  m.train();
+  m.forward(randn({16, 4}, kFloat64));  // moves running_mean / running_var
+}
+
+void expect_equal(const nn::StateDict& a, const nn::StateDict& b) {
+  ASSERT_EQ(a.keys(), b.keys());
+  for (const auto& [k, t] : a) EXPECT_EQ(max_diff(t, b[k]), 0.0) << k;
+}
+
+}  // namespace
+
+TEST(Averager, EmaAndSwaMatchTheInProcessAveragedModel) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      for (bool ema : {true, false})
+        for (bool use_buffers : {false, true}) {
+          auto model = small_model();
+          AveragerOptions o;
+          if (ema) o.ema(0.9);
+          o.with_buffers(use_buffers).in_flight(100);
+          Averager av = Averager::spawn(ctx.actors(), 1, model.ptr(), o);
+          swa::AveragedModel local(model.ptr(), std::nullopt, nullptr,
+                                   ema ? swa::get_ema_multi_avg_fn(0.9) : swa::MultiAvgFn(), use_buffers);
+          for (int step = 0; step < 8; ++step) {
+            perturb(*model, step);
+            av.update(*model);
+            local.update_parameters(*model);
+          }
+          av.flush();
+          EXPECT_EQ(av.versions_sent(), 8);
+          EXPECT_EQ(av.coalesced(), 0);
+          EXPECT_EQ(av.applied_versions().size(), 8u);
+          expect_equal(local.state_dict(), av.state_dict());
+          av.ref().stop();
+        }
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(Averager, ASlowAveragerNeverHoldsTheTrainerBack) {
+  static std::atomic<int> slow_calls{0};
+  register_avg_fn("test.slow_swa", [](std::vector<Tensor>& avg, const std::vector<Tensor>& cur, const Tensor& n) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    slow_calls++;
+    swa::get_swa_multi_avg_fn()(avg, cur, n);
+  });
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto model = small_model();
+      AveragerOptions o;
+      o.avg = "test.slow_swa";
+      Averager av = Averager::spawn(ctx.actors(), 1, model.ptr(), o);
+      std::map<int64_t, nn::StateDict> sent;  // what each version carried
+      double worst_ms = 0;
+      for (int step = 0; step < 30; ++step) {
+        perturb(*model, step);
+        auto t0 = std::chrono::steady_clock::now();
+        int64_t v = av.update(*model);
+        worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        NoGradGuard g;
+        nn::StateDict snap;
+        for (const auto& [k, t] : model->state_dict()) snap.insert_or_assign(k, t.clone());
+        sent[v] = snap;
+      }
+      EXPECT_LT(worst_ms, 15.0);  // one averaging step takes 20 ms: update() never waited for one
+      av.flush();
+      auto applied = av.applied_versions();
+      EXPECT_GT(av.coalesced(), 0);
+      EXPECT_EQ(static_cast<int64_t>(applied.size()) + av.coalesced(), 30);
+      EXPECT_TRUE(std::is_sorted(applied.begin(), applied.end()));
+      EXPECT_EQ(applied.back(), 30);  // the newest snapshot is never the one dropped
+      // the in-process AveragedModel fed the applied snapshots gives the same average
+      auto replay = small_model();
+      swa::AveragedModel local(replay.ptr(), std::nullopt, nullptr, swa::get_swa_multi_avg_fn());
+      for (int64_t v : applied) {
+        replay->load_state_dict(sent[v]);
+        local.update_parameters(*replay);
+      }
+      expect_equal(local.state_dict(), av.state_dict());
+    }
+    ctx.world->barrier();
+  });
+}
+
+TEST(Averager, ForwardLoadIntoUpdateBnAndErrors) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto model = small_model();
+      Averager av = Averager::spawn(ctx.actors(), 1, model.ptr(), AveragerOptions().in_flight(4));
+      swa::AveragedModel local(model.ptr());
+      for (int step = 0; step < 3; ++step) {
+        perturb(*model, step);
+        av.update(*model);
+        local.update_parameters(*model);
+      }
+      av.flush();
+      std::vector<Tensor> batches;
+      for (int i = 0; i < 4; ++i) batches.push_back(randn({8, 4}, kFloat64));
+      av.update_bn(batches);
+      swa::update_bn(batches, local);
+      expect_equal(local.state_dict(), av.state_dict());
+      av.train(false);
+      local.eval();
+      Tensor x = randn({5, 4}, kFloat64);
+      EXPECT_EQ(max_diff(av.forward(x), local.forward(x)), 0.0);
+      auto copy = small_model();
+      av.load_into(*copy);
+      copy->eval();
+      EXPECT_EQ(max_diff(copy->forward(x), local.forward(x)), 0.0);
+
+      AveragerOptions bad;
+      bad.avg = "test.nope";
+      std::string e = error_of([&] { Averager::spawn(ctx.actors(), 1, model.ptr(), bad); });
+      EXPECT_TRUE(contains(e, "no averaging function 'test.nope'") && contains(e, "register_avg_fn")) << e;
+    }
+    ctx.world->barrier();
+  });
+}
