@@ -8,3 +8,6 @@
 #include <troupe/rl/multistep.h>
 #include <troupe/rl/replay.h>
 #include <troupe/rl/tensordict.h>
+#ifdef TROUPE_HAVE_ACTORS
+#include <troupe/rl/distributed.h>
+#endif
