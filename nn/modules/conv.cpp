@@ -202,7 +202,7 @@ Tensor ConvTransposeNdImpl<D, Derived>::forward(const Tensor& input, IntArrayRef
     if (static_cast<int64_t>(size.size()) == non_spatial + static_cast<int64_t>(D))
       size = IntArrayRef(size.data() + non_spatial, D);
     if (size.size() != D)
-      throw std::invalid_argument(this->name().substr(0, this->name().size() - 2) + "D: for " +
+      throw std::invalid_argument(this->name().substr(0, this->name().size() - 1) + "D: for " +
                                   std::to_string(input.dim()) + "D input, output_size must have " + std::to_string(D) +
                                   " or " + std::to_string(non_spatial + static_cast<int64_t>(D)) + " elements (got " +
                                   std::to_string(output_size.size()) + ")");

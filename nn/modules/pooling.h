@@ -107,6 +107,7 @@ class AdaptiveAvgPool1dImpl : public Cloneable<AdaptiveAvgPool1dImpl> {
   /// Nothing to register.
   void reset() override {}
   explicit AdaptiveAvgPool1dImpl(const AdaptiveAvgPool1dOptions& options) : options(options) {}
+  explicit AdaptiveAvgPool1dImpl(ExpandingArray<1> output_size) : options(output_size) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "AdaptiveAvgPool1d"; }
@@ -121,6 +122,7 @@ class AdaptiveAvgPool2dImpl : public Cloneable<AdaptiveAvgPool2dImpl> {
   /// Nothing to register.
   void reset() override {}
   explicit AdaptiveAvgPool2dImpl(const AdaptiveAvgPool2dOptions& options) : options(options) {}
+  explicit AdaptiveAvgPool2dImpl(ExpandingArrayWithOptional<2> output_size) : options(output_size) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   std::string name() const override { return "AdaptiveAvgPool2d"; }
@@ -135,6 +137,7 @@ class AdaptiveMaxPool1dImpl : public Cloneable<AdaptiveMaxPool1dImpl> {
   /// Nothing to register.
   void reset() override {}
   explicit AdaptiveMaxPool1dImpl(const AdaptiveMaxPool1dOptions& options) : options(options) {}
+  explicit AdaptiveMaxPool1dImpl(ExpandingArray<1> output_size) : options(output_size) {}
   /// The pooled output (without the indices, whatever return_indices says).
   Tensor forward(const Tensor& input) override;
   /// (output, indices), as the module returns with return_indices.
@@ -156,6 +159,7 @@ class AdaptiveMaxPool2dImpl : public Cloneable<AdaptiveMaxPool2dImpl> {
   /// Nothing to register.
   void reset() override {}
   explicit AdaptiveMaxPool2dImpl(const AdaptiveMaxPool2dOptions& options) : options(options) {}
+  explicit AdaptiveMaxPool2dImpl(ExpandingArrayWithOptional<2> output_size) : options(output_size) {}
   /// The pooled output (without the indices, whatever return_indices says).
   Tensor forward(const Tensor& input) override;
   /// (output, indices), as the module returns with return_indices.

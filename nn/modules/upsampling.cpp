@@ -32,7 +32,7 @@ std::string UpsampleImpl::extra_repr() const {
   } else {
     info = "size=None";
   }
-  return info + ", mode=" + util::py_str(options.mode());
+  return info + ", mode=" + options.mode();  // PyTorch prints the mode without quotes
 }
 
 }  // namespace troupe::nn
