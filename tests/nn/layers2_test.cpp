@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -632,6 +633,35 @@ TEST(Layers2CloneTest, ClonesKeepOptionsAndValues) {
   EXPECT_EQ(copy->repr(), c->repr());
   auto seq = nn::Sequential(nn::Conv1d(2, 4, 3), nn::GroupNorm(2, 4), nn::Mish(), nn::AdaptiveAvgPool1d(1));
   EXPECT_EQ(seq->forward(randn({3, 2, 10})).sizes().vec(), (std::vector<int64_t>{3, 4, 1}));
+}
+
+// libtorch's spelling, compiled with `torch` as an alias of `troupe`.
+TEST(Layers2SpellingTest, LibtorchSnippetsCompileAndRun) {
+  namespace torch = troupe;
+  namespace tnn = torch::nn;
+  namespace TF = torch::nn::functional;
+  tnn::Conv1d conv(tnn::Conv1dOptions(1, 4, 3).stride(2));
+  torch::Tensor x = torch::randn({2, 1, 9});
+  EXPECT_EQ(conv(x).sizes().vec(), (std::vector<int64_t>{2, 4, 4}));
+  EXPECT_EQ(TF::pad(x, TF::PadFuncOptions({1, 2}).mode(torch::kReflect)).sizes().vec(),
+            (std::vector<int64_t>{2, 1, 12}));
+  tnn::ConvTranspose2d up(tnn::ConvTranspose2dOptions(4, 2, 4).stride(2).padding(1).bias(false));
+  EXPECT_EQ(up(torch::randn({1, 4, 5, 5})).sizes().vec(), (std::vector<int64_t>{1, 2, 10, 10}));
+  EXPECT_EQ(TF::interpolate(torch::randn({1, 2, 3, 4}), TF::InterpolateFuncOptions()
+                                                            .scale_factor(std::vector<double>{2, 2})
+                                                            .mode(torch::kBilinear)
+                                                            .align_corners(false))
+                .sizes()
+                .vec(),
+            (std::vector<int64_t>{1, 2, 6, 8}));
+  tnn::KLDivLoss kl(tnn::KLDivLossOptions().reduction(torch::kBatchMean).log_target(true));
+  EXPECT_EQ(kl(torch::randn({3, 4}), torch::randn({3, 4})).dim(), 0);
+  tnn::AdaptiveAvgPool2d gap(tnn::AdaptiveAvgPool2dOptions({1, 1}));
+  EXPECT_EQ(gap(torch::randn({2, 3, 5, 5})).sizes().vec(), (std::vector<int64_t>{2, 3, 1, 1}));
+  tnn::GroupNorm gn(tnn::GroupNormOptions(2, 4).eps(1e-3));
+  tnn::InstanceNorm2d in(tnn::InstanceNorm2dOptions(4).affine(true));
+  tnn::PixelShuffle ps(tnn::PixelShuffleOptions(2));
+  EXPECT_EQ(ps(in(gn(torch::randn({1, 4, 3, 3})))).sizes().vec(), (std::vector<int64_t>{1, 1, 6, 6}));
 }
 
 }  // namespace
