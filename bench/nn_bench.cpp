@@ -5,6 +5,8 @@
 //               backward, small (batch 16, 32-64-64-10) and large (batch 256, 784-1024-1024-10)
 //   conv net    Conv2d(1,8,3,p1) BatchNorm2d ReLU MaxPool2d(2) Conv2d(8,16,3,p1) ReLU MaxPool2d(2)
 //               Flatten Linear(784,10), train mode, same step, on (N, 1, 28, 28) at N = 8 and 64
+//   conv layers Conv1d(32,64,5,p2) on (16, 32, 256) and ConvTranspose2d(32,16,4,s2,p1) on (8, 32, 16, 16): the
+//               same step (zero_grad, forward, mse_loss, backward) with one layer
 //   hooks       forward through nn::Sequential of 100 Linear(4,4) (batch 1): no hooks, a forward hook
 //               on every layer, a forward pre-hook on every layer (hooks that return nothing); and the
 //               same Sequential in libtorch (which has no module hooks) for reference; with autograd
@@ -210,6 +212,60 @@ void bench_convnet(const std::string& label, int64_t batch) {
 #endif
 }
 
+// One conv layer, train step as above: troupe's module and libtorch's, made by the callers with the same
+// options (the weights are then copied across).
+template <typename TM, typename PM>
+void bench_conv_layer(const std::string& name, std::shared_ptr<TM> layer, PM tlayer, std::vector<int64_t> in_shape) {
+  if (!selected(name)) return;
+  troupe::Tensor x = t_randn(in_shape);
+  troupe::Tensor y;
+  {
+    troupe::NoGradGuard ng;
+    y = troupe::randn_like((*layer)(x));
+  }
+  auto troupe_step = [&] {
+    layer->zero_grad(true);
+    troupe::Tensor loss = F::mse_loss((*layer)(x), y);
+    loss.backward();
+    return loss;
+  };
+#if defined(TROUPE_HAVE_LIBTORCH)
+  if (!copy_state(*layer, *tlayer)) {
+    ++check_failures;
+    note(name + ": parameter names or shapes differ between troupe and libtorch");
+  }
+  torch::Tensor tx = to_torch(x), ty = to_torch(y);
+  auto torch_step = [&] {
+    tlayer->zero_grad(true);
+    torch::Tensor loss = torch::mse_loss(tlayer->forward(tx), ty);
+    loss.backward();
+    return loss;
+  };
+  check_step(name.substr(0, name.find(' ')), *layer, *tlayer, troupe_step, torch_step);
+  auto [tt, tp, ratio] = compare([&] { do_not_optimize(troupe_step()); }, [&] { do_not_optimize(torch_step()); });
+  row(name, fmt_time(tt), fmt_time(tp), ratio, kNaN);
+#else
+  (void)tlayer;
+  double tt = time_one([&] { do_not_optimize(troupe_step()); });
+  row(name, fmt_time(tt), kNoTorch, kNaN, kNaN);
+#endif
+}
+
+void bench_conv_layers() {
+#if defined(TROUPE_HAVE_LIBTORCH)
+  namespace tn = torch::nn;
+  auto c1 = tn::Conv1d(tn::Conv1dOptions(32, 64, 5).padding(2));
+  auto ct = tn::ConvTranspose2d(tn::ConvTranspose2dOptions(32, 16, 4).stride(2).padding(1));
+#else
+  int c1 = 0, ct = 0;
+#endif
+  bench_conv_layer("Conv1d(32,64,5,p2) step (16, 32, 256) vs libtorch",
+                   std::make_shared<nn::Conv1dImpl>(nn::Conv1dOptions(32, 64, 5).padding(2)), c1, {16, 32, 256});
+  bench_conv_layer("ConvTranspose2d(32,16,4,s2,p1) step (8, 32, 16, 16) vs libtorch",
+                   std::make_shared<nn::ConvTranspose2dImpl>(nn::ConvTranspose2dOptions(32, 16, 4).stride(2).padding(1)),
+                   ct, {8, 32, 16, 16});
+}
+
 // Hook machinery: forward through 100 Linear(4,4) at batch 1, with autograd recording (as in training)
 // or under no_grad (which leaves the module call path and the kernels alone).
 void bench_hooks(bool grad) {
@@ -322,6 +378,7 @@ int main(int argc, char** argv) {
     bench_mlp("large", 256, {784, 1024, 1024, 10}, 1.0);
     bench_convnet("small", 8);
     bench_convnet("large", 64);
+    bench_conv_layers();
     bench_hooks(true);
     bench_hooks(false);
   } catch (const std::exception& e) {

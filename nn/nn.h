@@ -14,10 +14,13 @@
 #include <troupe/nn/modules/dropout.h>
 #include <troupe/nn/modules/embedding.h>
 #include <troupe/nn/modules/functional.h>
+#include <troupe/nn/modules/instancenorm.h>
 #include <troupe/nn/modules/linear.h>
 #include <troupe/nn/modules/loss.h>
 #include <troupe/nn/modules/normalization.h>
+#include <troupe/nn/modules/pixelshuffle.h>
 #include <troupe/nn/modules/pooling.h>
+#include <troupe/nn/modules/upsampling.h>
 #include <troupe/nn/options.h>
 #include <troupe/nn/pimpl.h>
 #include <troupe/nn/registry.h>

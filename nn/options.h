@@ -6,7 +6,10 @@
 #include <troupe/nn/options/conv.h>
 #include <troupe/nn/options/dropout.h>
 #include <troupe/nn/options/embedding.h>
+#include <troupe/nn/options/instancenorm.h>
 #include <troupe/nn/options/linear.h>
 #include <troupe/nn/options/loss.h>
 #include <troupe/nn/options/normalization.h>
+#include <troupe/nn/options/pixelshuffle.h>
 #include <troupe/nn/options/pooling.h>
+#include <troupe/nn/options/upsampling.h>

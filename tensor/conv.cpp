@@ -1,5 +1,6 @@
 // conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU, with a 1x1 fast path. The
-// backward functions are themselves differentiable ops, so double backward works.
+// backward functions are themselves differentiable ops, so double backward works. conv_transpose2d is conv2d's
+// input gradient (gemm + col2im); conv1d and conv_transpose1d are the 2-D ops on a height-1 image.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -344,17 +345,49 @@ Tensor conv4(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams
   return out;
 }
 
+// conv_transpose2d on a 4-D input: the input gradient of the conv (weight w, params p) that maps out_sizes to
+// x's sizes, plus bias; recording ConvolutionBackward0 (x's gradient is that conv, w's the conv's weight gradient
+// with the roles of input and output gradient swapped). out_sizes must make the conv's output exactly x's size.
+Tensor conv_transpose4(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams& p, IntArrayRef out_sizes) {
+  Tensor out = conv_grad_input_raw(x, w, out_sizes, p);
+  if (b.defined() && out.numel() > 0) {
+    NoGradGuard no_grad;
+    out.add_(b.detach().reshape({1, b.size(0), 1, 1}));
+  }
+  if (autograd::any_requires_grad({&x, &w, &b})) {
+    const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
+    autograd::record("ConvolutionBackward0", {x, w, b}, out,
+                     [sx = SavedVariable(need_w ? x : Tensor(), false), sw = SavedVariable(need_x ? w : Tensor(), false),
+                      p, need_x, need_w, need_b, w_sizes = w.sizes().vec()](const variable_list& g) {
+                       Tensor gx, gw, gb;
+                       if (need_x) gx = conv4(g[0], sw.unpack(), Tensor(), p);
+                       if (need_w) gw = conv_grad_weight(sx.unpack(), g[0], w_sizes, p);
+                       if (need_b) gb = sum(g[0], {0, 2, 3});
+                       return variable_list{gx, gw, gb};
+                     });
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
 
-std::array<int64_t, 2> conv_pair(const char* what, IntArrayRef v) {
+std::array<int64_t, 2> conv_pair(const char* what, IntArrayRef v, const char* op = "conv2d") {
   if (v.size() == 1) return {v[0], v[0]};
   if (v.size() == 2) return {v[0], v[1]};
-  throw std::invalid_argument(err("conv2d", std::string("expected ") + what +
-                                                " to be a single integer value or a list of 2 values to match the "
-                                                "convolution dimensions, but got " +
-                                                what + "=" + list_str(v)));
+  throw std::invalid_argument(err(op, std::string("expected ") + what +
+                                          " to be a single integer value or a list of 2 values to match the "
+                                          "convolution dimensions, but got " +
+                                          what + "=" + list_str(v)));
+}
+
+int64_t conv_single(const char* what, IntArrayRef v, const char* op) {
+  if (v.size() == 1) return v[0];
+  throw std::invalid_argument(err(op, std::string("expected ") + what +
+                                          " to be a single integer value or a list of 1 values to match the "
+                                          "convolution dimensions, but got " +
+                                          what + "=" + list_str(v)));
 }
 
 void check_float_or_int(const char* op, const Tensor& t) {
@@ -425,5 +458,131 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   return conv4(input.unsqueeze(0), weight, bias, p).squeeze(0);
 }
 
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride,
+                        IntArrayRef padding, IntArrayRef output_padding, int64_t groups, IntArrayRef dilation) {
+  const char* op = "conv_transpose2d";
+  if (!input.defined() || !weight.defined()) throw std::invalid_argument(err(op, "got an undefined tensor"));
+  if (input.dim() != 3 && input.dim() != 4)
+    throw std::invalid_argument(err(op, "Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got "
+                                        "input of size: " + list_str(input.sizes())));
+  if (weight.dim() != 4)
+    throw std::invalid_argument(err(op, "expected weight to have 4 dimensions (C_in, C_out/groups, kH, kW), got weight "
+                                        "of shape " + shape_str(weight.sizes())));
+  auto s = conv_pair("stride", stride, op);
+  auto pd = conv_pair("padding", padding, op);
+  auto op_ = conv_pair("output_padding", output_padding, op);
+  auto dl = conv_pair("dilation", dilation, op);
+  if (s[0] <= 0 || s[1] <= 0) throw std::invalid_argument(err(op, "non-positive stride is not supported"));
+  if (pd[0] < 0 || pd[1] < 0) throw std::invalid_argument(err(op, "negative padding is not supported"));
+  if (op_[0] < 0 || op_[1] < 0) throw std::invalid_argument(err(op, "negative output_padding is not supported"));
+  if (dl[0] <= 0 || dl[1] <= 0) throw std::invalid_argument(err(op, "non-positive dilation is not supported"));
+  if (groups <= 0) throw std::invalid_argument(err(op, "non-positive groups is not supported"));
+  if (op_[0] >= std::max(s[0], dl[0]) || op_[1] >= std::max(s[1], dl[1]))
+    throw std::invalid_argument(err(
+        op, "output padding must be smaller than either stride or dilation, but got output_padding_height: " +
+                std::to_string(op_[0]) + " output_padding_width: " + std::to_string(op_[1]) + " stride_height: " +
+                std::to_string(s[0]) + " stride_width: " + std::to_string(s[1]) + " dilation_height: " +
+                std::to_string(dl[0]) + " dilation_width: " + std::to_string(dl[1])));
+  if (input.device() != weight.device() || (bias.defined() && bias.device() != input.device()))
+    throw std::invalid_argument(err(op, "Expected all tensors to be on the same device, but found input on " +
+                                            input.device().str() + " and weight on " + weight.device().str()));
+  if (input.dtype() != weight.dtype() || (bias.defined() && bias.dtype() != input.dtype()))
+    throw std::invalid_argument(err(op, std::string("Input type (") + dtype_name(input.dtype()) + ") and " +
+                                            (input.dtype() != weight.dtype() ? "weight" : "bias") + " type (" +
+                                            dtype_name(input.dtype() != weight.dtype() ? weight.dtype() : bias.dtype()) +
+                                            ") should be the same"));
+  check_float_or_int(op, input);
+  const bool batched = input.dim() == 4;
+  std::vector<int64_t> in4 = input.sizes().vec();
+  if (!batched) in4.insert(in4.begin(), 1);
+  if (weight.size(0) % groups != 0)
+    throw std::invalid_argument(err(op, "Given groups=" + std::to_string(groups) +
+                                            ", expected weight to be divisible by " + std::to_string(groups) +
+                                            " at dimension 0, but got weight of size " + list_str(weight.sizes()) +
+                                            " instead"));
+  if (in4[1] != weight.size(0))
+    throw std::invalid_argument(err(op, "Given transposed=1, weight of size " + list_str(weight.sizes()) +
+                                            ", expected input" + list_str(in4) + " to have " +
+                                            std::to_string(weight.size(0)) + " channels, but got " +
+                                            std::to_string(in4[1]) + " channels instead"));
+  const int64_t c_out = weight.size(1) * groups;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != c_out))
+    throw std::invalid_argument(err(op, "Given transposed=1, weight of size " + list_str(weight.sizes()) +
+                                            ", expected bias to be 1-dimensional with " + std::to_string(c_out) +
+                                            " elements, but got bias of size " + list_str(bias.sizes()) + " instead"));
+  // (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1
+  const int64_t oh = (in4[2] - 1) * s[0] - 2 * pd[0] + dl[0] * (weight.size(2) - 1) + op_[0] + 1;
+  const int64_t ow = (in4[3] - 1) * s[1] - 2 * pd[1] + dl[1] * (weight.size(3) - 1) + op_[1] + 1;
+  if (oh <= 0 || ow <= 0)
+    throw std::invalid_argument(err(op, "Given input size per channel: (" + std::to_string(in4[2]) + " x " +
+                                            std::to_string(in4[3]) + "). Calculated output size per channel: (" +
+                                            std::to_string(oh) + " x " + std::to_string(ow) +
+                                            "). Output size is too small"));
+  ConvParams p{s[0], s[1], pd[0], pd[1], dl[0], dl[1], groups};
+  Tensor x = batched ? input : input.unsqueeze(0);
+  // With output_padding >= stride (allowed when dilation is larger) the conv of the output size has
+  // output_padding / stride more rows than the input: zero rows appended to the input contribute nothing.
+  const int64_t extra_h = op_[0] / s[0], extra_w = op_[1] / s[1];
+  if (extra_h > 0 || extra_w > 0) {
+    std::vector<int64_t> zs = x.sizes().vec();
+    if (extra_h > 0) {
+      zs[2] = extra_h;
+      x = cat({x, zeros(zs, x.options())}, 2);
+      zs[2] = x.size(2);
+    }
+    if (extra_w > 0) {
+      zs[3] = extra_w;
+      x = cat({x, zeros(zs, x.options())}, 3);
+    }
+  }
+  Tensor out = conv_transpose4(x, weight, bias, p, {in4[0], c_out, oh, ow});
+  return batched ? out : out.squeeze(0);
+}
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
+              IntArrayRef dilation, int64_t groups) {
+  const char* op = "conv1d";
+  if (!input.defined() || !weight.defined()) throw std::invalid_argument(err(op, "got an undefined tensor"));
+  if (input.dim() != 2 && input.dim() != 3)
+    throw std::invalid_argument(err(op, "Expected 2D (unbatched) or 3D (batched) input to conv1d, but got input of "
+                                        "size: " + list_str(input.sizes())));
+  if (weight.dim() != 3)
+    throw std::invalid_argument(err(op, "expected weight to have 3 dimensions (C_out, C_in/groups, kL), got weight of "
+                                        "shape " + shape_str(weight.sizes())));
+  const int64_t s = conv_single("stride", stride, op), p = conv_single("padding", padding, op),
+                d = conv_single("dilation", dilation, op);
+  if (groups > 0 && weight.size(0) % groups == 0 && input.size(-2) != weight.size(1) * groups) {
+    std::vector<int64_t> in3 = input.sizes().vec();
+    if (input.dim() == 2) in3.insert(in3.begin(), 1);
+    throw std::invalid_argument(err(op, "Given groups=" + std::to_string(groups) + ", weight of size " +
+                                            list_str(weight.sizes()) + ", expected input" + list_str(in3) +
+                                            " to have " + std::to_string(weight.size(1) * groups) +
+                                            " channels, but got " + std::to_string(in3[1]) + " channels instead"));
+  }
+  if (p >= 0 && s > 0 && d > 0 && input.size(-1) + 2 * p < d * (weight.size(2) - 1) + 1)
+    throw std::invalid_argument(err(op, "Calculated padded input size per channel: (" +
+                                            std::to_string(input.size(-1) + 2 * p) + "). Kernel size: (" +
+                                            std::to_string(d * (weight.size(2) - 1) + 1) +
+                                            "). Kernel size can't be greater than actual input size"));
+  // (N, C, L) as (N, C, 1, L)
+  return conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, {1, s}, {0, p}, {1, d}, groups).squeeze(-2);
+}
+
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride,
+                        IntArrayRef padding, IntArrayRef output_padding, int64_t groups, IntArrayRef dilation) {
+  const char* op = "conv_transpose1d";
+  if (!input.defined() || !weight.defined()) throw std::invalid_argument(err(op, "got an undefined tensor"));
+  if (input.dim() != 2 && input.dim() != 3)
+    throw std::invalid_argument(err(op, "Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, but got "
+                                        "input of size: " + list_str(input.sizes())));
+  if (weight.dim() != 3)
+    throw std::invalid_argument(err(op, "expected weight to have 3 dimensions (C_in, C_out/groups, kL), got weight of "
+                                        "shape " + shape_str(weight.sizes())));
+  const int64_t s = conv_single("stride", stride, op), p = conv_single("padding", padding, op),
+                o = conv_single("output_padding", output_padding, op), d = conv_single("dilation", dilation, op);
+  // (N, C, L) as (N, C, 1, L)
+  return conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, {1, s}, {0, p}, {0, o}, groups, {1, d})
+      .squeeze(-2);
+}
 
 }  // namespace troupe

@@ -262,6 +262,19 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 /// input (N, C_in, H, W), weight (C_out, C_in/groups, kH, kW), bias (C_out) or undefined.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = 1,
               IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+/// The transposed convolution (the input gradient of conv2d with the same geometry), plus bias: input
+/// (N, C_in, H, W), weight (C_in, C_out/groups, kH, kW), bias (C_out) or undefined; output size
+/// (H - 1) * stride - 2 * padding + dilation * (kH - 1) + output_padding + 1 per spatial dim.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
+/// input (N, C_in, L) or (C_in, L), weight (C_out, C_in/groups, kL): conv2d on a height-1 image.
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = 1,
+              IntArrayRef padding = 0, IntArrayRef dilation = 1, int64_t groups = 1);
+/// input (N, C_in, L) or (C_in, L), weight (C_in, C_out/groups, kL): conv_transpose2d on a height-1 image.
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), IntArrayRef stride = 1,
+                        IntArrayRef padding = 0, IntArrayRef output_padding = 0, int64_t groups = 1,
+                        IntArrayRef dilation = 1);
 Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {}, IntArrayRef padding = 0,
                   IntArrayRef dilation = 1, bool ceil_mode = false);
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride = {},

@@ -1,11 +1,13 @@
 // ExpandingArray<D>: a size argument of a layer given as one int (used for every spatial dim) or as D
 // ints, as PyTorch's kernel_size=2 / kernel_size=(2, 3); it remembers which, so that extra_repr prints
-// what PyTorch prints ("2" or "(2, 3)").
+// what PyTorch prints ("2" or "(2, 3)"). ExpandingArrayWithOptional<D>: the same where a value may be None
+// (an adaptive pool's output_size=(5, None) keeps that dim's input size).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,6 +54,47 @@ class ExpandingArray {
     for (size_t i = 0; i < D; ++i) values_[i] = p[i];
   }
   std::array<int64_t, D> values_{};
+  bool single_ = false;
+};
+
+/// D sizes, each an int or None (std::nullopt), given as one value for every dim or as D values.
+template <size_t D>
+class ExpandingArrayWithOptional {
+ public:
+  /// One value for every dim (printed as the int).
+  ExpandingArrayWithOptional(int64_t v) : single_(true) { values_.fill(v); }
+  /// None for every dim (printed as None).
+  ExpandingArrayWithOptional(std::nullopt_t) : single_(true) {}
+  /// D values (printed as a tuple).
+  ExpandingArrayWithOptional(std::initializer_list<std::optional<int64_t>> v) { assign(v.begin(), v.size()); }
+  ExpandingArrayWithOptional(const std::vector<std::optional<int64_t>>& v) { assign(v.data(), v.size()); }
+  ExpandingArrayWithOptional(const std::vector<int64_t>& v) {
+    std::vector<std::optional<int64_t>> o(v.begin(), v.end());
+    assign(o.data(), o.size());
+  }
+  ExpandingArrayWithOptional(const ExpandingArray<D>& v) : single_(v.is_single()) {
+    for (size_t i = 0; i < D; ++i) values_[i] = v[i];
+  }
+
+  const std::optional<int64_t>& operator[](size_t i) const { return values_[i]; }
+  /// As Python prints the argument: "5", "None", or "(5, None)".
+  std::string str() const { return single_ ? item(values_[0]) : tuple_str(); }
+  std::string tuple_str() const {
+    std::string s = "(";
+    for (size_t i = 0; i < D; ++i) s += (i ? ", " : "") + item(values_[i]);
+    return s + (D == 1 ? ",)" : ")");
+  }
+  bool is_single() const { return single_; }
+
+ private:
+  static std::string item(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "None"; }
+  void assign(const std::optional<int64_t>* p, size_t n) {
+    if (n != D)
+      throw std::invalid_argument("[ExpandingArrayWithOptional] expected " + std::to_string(D) + " values, got " +
+                                  std::to_string(n));
+    for (size_t i = 0; i < D; ++i) values_[i] = p[i];
+  }
+  std::array<std::optional<int64_t>, D> values_{};
   bool single_ = false;
 };
 

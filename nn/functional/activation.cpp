@@ -3,10 +3,14 @@
 #include <troupe/nn/functional/activation.h>
 
 #include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 #include <troupe/tensor/warning.h>
+#include <troupe/util/python_format.h>
 
 namespace troupe::nn::functional {
 
@@ -53,6 +57,48 @@ Tensor elu(const Tensor& input, const ELUFuncOptions& options) {
   const double alpha = options.alpha();
   if (options.inplace()) return inplace_unary(input, [alpha](const Tensor& x) { return troupe::elu(x, alpha); });
   return troupe::elu(input, alpha);
+}
+
+Tensor softplus(const Tensor& input, const SoftplusFuncOptions& options) {
+  return troupe::softplus(input, options.beta(), options.threshold());
+}
+
+Tensor hardtanh(const Tensor& input, const HardtanhFuncOptions& options) {
+  const double lo = options.min_val(), hi = options.max_val();
+  if (lo > hi)
+    throw std::invalid_argument("[hardtanh] min_val cannot be greater than max_val, got min_val=" +
+                                util::py_number(lo) + ", max_val=" + util::py_number(hi));
+  auto op = [lo, hi](const Tensor& x) {
+    // PyTorch's hardtanh_backward passes the gradient only strictly inside (min_val, max_val)
+    Tensor inside = logical_and(gt(x, lo), lt(x, hi));
+    return where(inside, x, troupe::clamp(x.detach(), lo, hi));
+  };
+  if (options.inplace()) return inplace_unary(input, op);
+  return op(input);
+}
+
+Tensor mish(const Tensor& input) { return input * troupe::tanh(troupe::softplus(input)); }
+
+Tensor prelu(const Tensor& input, const Tensor& weight) {
+  if (!input.defined() || !weight.defined()) throw std::invalid_argument("[prelu] got an undefined tensor");
+  if (weight.dim() > 1)
+    throw std::invalid_argument("prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = " +
+                                std::to_string(weight.dim()));
+  Tensor w = weight;
+  const int64_t n = weight.numel();
+  if (n != 1) {
+    const int64_t channels = input.dim() >= 2 ? input.size(1) : 1;
+    if (n != channels)
+      throw std::invalid_argument("Mismatch of parameter numbers and input channel size. Found parameter numbers = " +
+                                  std::to_string(n) + " and channel size = " + std::to_string(channels) + ".");
+    // (C) as (1, C, 1, ...) against (N, C, *)
+    std::vector<int64_t> shape(static_cast<size_t>(input.dim()), 1);
+    shape[1] = n;
+    w = weight.reshape(shape);
+  } else {
+    w = weight.reshape({});
+  }
+  return where(gt(input, 0), input, w * input);
 }
 
 Tensor gelu(const Tensor& input, const GELUFuncOptions& options) { return troupe::gelu(input, options.approximate()); }

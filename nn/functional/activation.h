@@ -13,6 +13,15 @@ Tensor relu(const Tensor& input, const ReLUFuncOptions& options = {});
 Tensor leaky_relu(const Tensor& input, const LeakyReLUFuncOptions& options = {});
 /// x for x > 0, alpha * (exp(x) - 1) otherwise.
 Tensor elu(const Tensor& input, const ELUFuncOptions& options = {});
+/// log(1 + exp(beta * x)) / beta, x where beta * x > threshold.
+Tensor softplus(const Tensor& input, const SoftplusFuncOptions& options = {});
+/// x clamped to [min_val, max_val]; the gradient is 0 outside (min_val, max_val), boundaries included.
+Tensor hardtanh(const Tensor& input, const HardtanhFuncOptions& options = {});
+/// x * tanh(softplus(x)).
+Tensor mish(const Tensor& input);
+/// x for x > 0, weight * x otherwise; weight has 1 element or one per channel (dim 1 of the input, dim 0
+/// of a 1-D input).
+Tensor prelu(const Tensor& input, const Tensor& weight);
 /// x * Phi(x); approximate is "none" (erf) or "tanh".
 Tensor gelu(const Tensor& input, const GELUFuncOptions& options = {});
 /// x * sigmoid(x).

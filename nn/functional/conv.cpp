@@ -1,4 +1,4 @@
-// nn::functional conv2d (over the tensor library's conv2d) and pad.
+// nn::functional conv1d / conv2d / conv_transpose1d / conv_transpose2d (over the tensor library's ops) and pad.
 #include <troupe/nn/functional/conv.h>
 
 #include <stdexcept>
@@ -137,6 +137,33 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Conv2dFuncOptions
   if (symmetric) return troupe::conv2d(input, weight, bias, stride, {left[0], left[1]}, dilation, groups);
   Tensor padded = pad(input, PadFuncOptions({0, right[1] - left[1], 0, right[0] - left[0]}));
   return troupe::conv2d(padded, weight, bias, stride, {left[0], left[1]}, dilation, groups);
+}
+
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Conv1dFuncOptions& options) {
+  const Conv1dPadding& padding = options.padding();
+  const int64_t s = options.stride()[0], d = options.dilation()[0];
+  if (!padding.is_string())
+    return troupe::conv1d(input, weight, options.bias(), s, padding.ints()[0], d, options.groups());
+  if (padding.mode() == "valid") return troupe::conv1d(input, weight, options.bias(), s, 0, d, options.groups());
+  if (padding.mode() != "same") throw std::invalid_argument("Invalid padding string: '" + padding.mode() + "'");
+  if (s != 1) throw std::invalid_argument("padding='same' is not supported for strided convolutions");
+  if (!input.defined() || !weight.defined() || (input.dim() != 2 && input.dim() != 3) || weight.dim() != 3)
+    return troupe::conv1d(input, weight, options.bias(), s, 0, d, options.groups());  // its errors
+  // (N, C, L) as (N, C, 1, L) through conv2d's "same"
+  return conv2d(input.unsqueeze(-2), weight.unsqueeze(-2),
+                Conv2dFuncOptions().bias(options.bias()).stride(1).padding("same").dilation({1, d}).groups(
+                    options.groups()))
+      .squeeze(-2);
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const ConvTranspose2dFuncOptions& o) {
+  return troupe::conv_transpose2d(input, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                  o.dilation());
+}
+
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const ConvTranspose1dFuncOptions& o) {
+  return troupe::conv_transpose1d(input, weight, o.bias(), o.stride(), o.padding(), o.output_padding(), o.groups(),
+                                  o.dilation());
 }
 
 }  // namespace troupe::nn::functional

@@ -9,6 +9,7 @@
 
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/warning.h>
 
 namespace troupe::nn {
 
@@ -22,6 +23,24 @@ Reduction::Reduction(const std::string& s) {
 std::string Reduction::str() const {
   switch (kind_) {
     case None: return "none";
+    case Sum: return "sum";
+    case Mean: break;
+  }
+  return "mean";
+}
+
+KLDivReduction::KLDivReduction(const std::string& s) {
+  if (s == "none") kind_ = None;
+  else if (s == "batchmean") kind_ = BatchMean;
+  else if (s == "mean" || s == "elementwise_mean") kind_ = Mean;
+  else if (s == "sum") kind_ = Sum;
+  else throw std::invalid_argument(s + " is not a valid value for reduction");
+}
+
+std::string KLDivReduction::str() const {
+  switch (kind_) {
+    case None: return "none";
+    case BatchMean: return "batchmean";
     case Sum: return "sum";
     case Mean: break;
   }
@@ -336,6 +355,88 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   }
   if (weight.defined()) loss = loss * weight;
   return apply_reduction(loss, options.reduction());
+}
+
+// ---------------------------------------------------------------- divergence and embedding losses
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& options) {
+  if (!input.defined() || !target.defined()) throw std::invalid_argument("[kl_div] got an undefined tensor");
+  const KLDivReduction reduction = options.reduction();
+  if (reduction.kind() == KLDivReduction::Mean)
+    TROUPE_WARN_ONCE("reduction: 'mean' divides the total loss by both the batch size and the support size.'batchmean' "
+                     "divides only by the batch size, and aligns with the KL div math definition.'mean' will be changed "
+                     "to behave the same as 'batchmean' in the next major release.");
+  Tensor out;
+  if (options.log_target()) {
+    out = exp(target) * (target - input);
+  } else {
+    // xlogy(t, t) - t * x: 0 where t == 0 (its gradient too), nan for t < 0
+    Tensor safe = where(eq(target, 0), ones_like(target), target);
+    out = target * log(safe) - target * input;
+  }
+  switch (reduction.kind()) {
+    case KLDivReduction::None: return out;
+    case KLDivReduction::Sum: return out.sum();
+    case KLDivReduction::BatchMean: return input.dim() == 0 ? out.sum() : out.sum() / static_cast<double>(input.size(0));
+    case KLDivReduction::Mean: break;
+  }
+  return out.mean();
+}
+
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                             const CosineEmbeddingLossFuncOptions& options) {
+  if (!input1.defined() || !input2.defined() || !target.defined())
+    throw std::invalid_argument("[cosine_embedding_loss] got an undefined tensor");
+  const int64_t td = target.dim();
+  if (td != 0 && td != 1) throw std::invalid_argument("0D or 1D target tensor expected, multi-target not supported");
+  if (td == 1 && (input1.dim() != 2 || input2.dim() != 2))
+    throw std::invalid_argument("1D target tensor expects 2D input tensors, but found inputs with sizes " +
+                                sizes_str(input1.sizes()) + " and " + sizes_str(input2.sizes()) + ".");
+  if (td == 0 && (input1.dim() != 1 || input2.dim() != 1))
+    throw std::invalid_argument("0D target tensor expects 1D input tensors, but found inputs with sizes " +
+                                sizes_str(input1.sizes()) + " and " + sizes_str(input2.sizes()) + ".");
+  constexpr double kEps = 1e-12;
+  Tensor prod_sum = (input1 * input2).sum({td});
+  Tensor mag1 = (input1 * input1).sum({td}) + kEps;
+  Tensor mag2 = (input2 * input2).sum({td}) + kEps;
+  Tensor cos = prod_sum / sqrt(mag1 * mag2);
+  Tensor zero = zeros_like(cos);
+  Tensor pos = rsub(cos, 1);
+  Tensor neg = clamp_min(cos - options.margin(), 0);
+  Tensor out = where(eq(target, 1), pos, zero) + where(eq(target, -1), neg, zero);
+  return apply_reduction(out, options.reduction());
+}
+
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                           const MarginRankingLossFuncOptions& options) {
+  if (!input1.defined() || !input2.defined() || !target.defined())
+    throw std::invalid_argument("[margin_ranking_loss] got an undefined tensor");
+  if (input1.dim() != input2.dim() || input1.dim() != target.dim())
+    throw std::invalid_argument("margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+                                "input1: " + torch_size_str(input1.sizes()) + ", input2: " +
+                                torch_size_str(input2.sizes()) + ", target: " + torch_size_str(target.sizes()) + " ");
+  Tensor out = clamp_min(-target * (input1 - input2) + options.margin(), 0);
+  return apply_reduction(out, options.reduction());
+}
+
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginLossFuncOptions& options) {
+  if (!anchor.defined() || !positive.defined() || !negative.defined())
+    throw std::invalid_argument("[triplet_margin_loss] got an undefined tensor");
+  const int64_t a = anchor.dim(), p = positive.dim(), n = negative.dim();
+  if (a != p || p != n)
+    throw std::invalid_argument("The anchor, positive, and negative tensors are expected to have the same number of "
+                                "dimensions, but got: anchor " + std::to_string(a) + "D, positive " +
+                                std::to_string(p) + "D, and negative " + std::to_string(n) + "D inputs");
+  // PyTorch's pairwise_distance: ||x1 - x2 + eps||_p over the last dim of the broadcast shape
+  auto dist = [&](const Tensor& x1, const Tensor& x2) {
+    const int64_t last = std::max(x1.dim(), x2.dim()) - 1;
+    return norm(x1 - x2 + options.eps(), options.p(), {last}, false);
+  };
+  Tensor d_pos = dist(anchor, positive), d_neg = dist(anchor, negative);
+  if (options.swap()) d_neg = minimum(d_neg, dist(positive, negative));
+  Tensor out = clamp_min(d_pos + options.margin() - d_neg, 0);
+  return apply_reduction(out, options.reduction());
 }
 
 }  // namespace functional

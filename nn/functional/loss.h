@@ -59,5 +59,27 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BinaryCrossEntropyWithLogitsFuncOptions& options = {});
 
+// Divergence and embedding losses.
+
+/// Kullback-Leibler divergence of the target from log-probabilities `input`: target * (log(target) - input)
+/// (0 where target is 0), or exp(target) * (target - input) with log_target. reduction "batchmean" divides
+/// the sum by input.size(0); "mean" (every element) warns as PyTorch does.
+Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivFuncOptions& options = {});
+
+/// 1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1 (0 elsewhere), with
+/// cos = x1.x2 / sqrt((|x1|^2 + 1e-12) (|x2|^2 + 1e-12)) over the last dim. Inputs (N, D) with target (N),
+/// or (D) with a 0-dim target.
+Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                             const CosineEmbeddingLossFuncOptions& options = {});
+
+/// max(0, -target * (input1 - input2) + margin); the three tensors must have the same number of dims.
+Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                           const MarginRankingLossFuncOptions& options = {});
+
+/// max(0, margin + d(anchor, positive) - d(anchor, negative)) with d(a, b) = ||a - b + eps||_p over the last
+/// dim (swap: the negative distance is min(d(a, n), d(p, n))); the three tensors must have the same dims.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginLossFuncOptions& options = {});
+
 }  // namespace functional
 }  // namespace troupe::nn

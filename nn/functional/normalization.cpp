@@ -1,4 +1,5 @@
-// nn::functional layer_norm and batch_norm as compositions of tensor ops (autograd gives the backward).
+// nn::functional layer_norm, batch_norm, group_norm and instance_norm as compositions of tensor ops (autograd
+// gives the backward).
 #include <troupe/nn/functional/normalization.h>
 
 #include <stdexcept>
@@ -122,6 +123,93 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   Tensor alpha = weight.defined() ? invstd * weight.reshape(stat_shape) : invstd;
   Tensor beta = bias.defined() ? bias.reshape(stat_shape) - mean * alpha : -(mean * alpha);
   return input * alpha + beta;
+}
+
+Tensor group_norm(const Tensor& input, const GroupNormFuncOptions& options) {
+  const int64_t G = options.num_groups();
+  const Tensor &weight = options.weight(), &bias = options.bias();
+  if (!input.defined()) throw std::invalid_argument("[group_norm] got an undefined tensor");
+  if (input.dim() < 2)
+    throw std::invalid_argument("Expected at least 2 dimensions for input tensor but received " +
+                                std::to_string(input.dim()));
+  if (!input.is_floating_point())
+    throw std::invalid_argument(std::string("[group_norm] expected a floating-point input, got ") +
+                                dtype_name(input.dtype()));
+  const int64_t N = input.size(0), C = input.size(1);
+  if (G <= 0 || C % G != 0)
+    throw std::invalid_argument("Expected number of channels in input to be divisible by num_groups, but got input "
+                                "of shape " + list_str(input.sizes()) + " and num_groups=" + std::to_string(G));
+  int64_t spatial = 1;
+  for (int64_t d = 2; d < input.dim(); ++d) spatial *= input.size(d);
+  if (N * (C / G) * spatial == 1) {
+    std::vector<int64_t> size{N * C / G, G};
+    for (int64_t d = 2; d < input.dim(); ++d) size.push_back(input.size(d));
+    throw std::invalid_argument("Expected more than 1 value per channel when training, got input size " +
+                                list_str(size));
+  }
+  for (const Tensor* t : {&weight, &bias})
+    if (t->defined() && (t->dim() != 1 || t->numel() != C))
+      throw std::invalid_argument(std::string("Expected ") + (t == &weight ? "weight" : "bias") +
+                                  " to be a vector of size equal to the number of channels in input, but got " +
+                                  (t == &weight ? "weight" : "bias") + " of shape " + list_str(t->sizes()) +
+                                  " and input of shape " + list_str(input.sizes()));
+  // (N, C, *) -> (N, G, C/G * prod(*)): each row normalised by its mean and biased variance
+  Tensor x = input.reshape({N, G, -1});
+  auto [var, mean] = var_mean(x, {2}, /*unbiased=*/false, /*keepdim=*/true);
+  Tensor y = ((x - mean) * rsqrt(var + options.eps())).reshape(input.sizes());
+  std::vector<int64_t> stat_shape(static_cast<size_t>(input.dim()), 1);
+  stat_shape[1] = C;
+  if (weight.defined()) y = y * weight.reshape(stat_shape);
+  if (bias.defined()) y = y + bias.reshape(stat_shape);
+  return y;
+}
+
+Tensor instance_norm(const Tensor& input, const InstanceNormFuncOptions& options) {
+  const bool use_input_stats = options.use_input_stats();
+  const Tensor &running_mean = options.running_mean(), &running_var = options.running_var();
+  if (!input.defined()) throw std::invalid_argument("[instance_norm] got an undefined tensor");
+  if (input.dim() < 2)
+    throw std::invalid_argument("[instance_norm] expected an input of shape (N, C, *) with at least 2 dims, got shape " +
+                                shape_str(input.sizes()));
+  if (use_input_stats) {
+    int64_t spatial = 1;
+    for (int64_t d = 2; d < input.dim(); ++d) spatial *= input.size(d);
+    if (spatial == 1)
+      throw std::invalid_argument("Expected more than 1 spatial element when training, got input size " +
+                                  list_str(input.sizes()));
+  }
+  if (!use_input_stats && (!running_mean.defined() || !running_var.defined()))
+    throw std::invalid_argument("Expected running_mean and running_var to be defined when use_input_stats is false");
+  const int64_t N = input.size(0), C = input.size(1);
+  check_channels("weight", C, options.weight());
+  check_channels("bias", C, options.bias());
+  check_channels("running_mean", C, running_mean);
+  check_channels("running_var", C, running_var);
+  // (N, C, *) as one sample of N*C channels; the per-channel tensors repeated N times
+  auto repeat_n = [N](const Tensor& t) { return t.defined() ? t.repeat({N}) : Tensor(); };
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] = 1;
+  shape[1] = N * C;
+  Tensor rm = repeat_n(running_mean), rv = repeat_n(running_var);
+  Tensor out = batch_norm(input.reshape(shape), rm, rv,
+                          BatchNormFuncOptions()
+                              .weight(repeat_n(options.weight()))
+                              .bias(repeat_n(options.bias()))
+                              .training(use_input_stats)
+                              .momentum(options.momentum())
+                              .eps(options.eps()));
+  if (use_input_stats) {
+    NoGradGuard no_grad;
+    if (running_mean.defined()) {
+      Tensor m = running_mean;  // a handle: the caller's buffer is updated in place
+      m.copy_(rm.reshape({N, C}).mean({0}));
+    }
+    if (running_var.defined()) {
+      Tensor v = running_var;
+      v.copy_(rv.reshape({N, C}).mean({0}));
+    }
+  }
+  return out.reshape(input.sizes());
 }
 
 }  // namespace troupe::nn::functional

@@ -1,5 +1,6 @@
-// Activation modules: ReLU, LeakyReLU, ELU, GELU, SiLU, Tanh, Sigmoid, Softmax, LogSoftmax
-// (torch.nn.ReLU, ...), each a thin wrapper of its nn::functional form.
+// Activation modules: ReLU, LeakyReLU, ELU, Softplus, Hardtanh, Mish, PReLU, GELU, SiLU, Tanh, Sigmoid,
+// Softmax, LogSoftmax (torch.nn.ReLU, ...), each a thin wrapper of its nn::functional form (PReLU holds its
+// slopes as a parameter).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,58 @@ class ELUImpl : public Cloneable<ELUImpl> {
   ELUOptions options;
 };
 TROUPE_MODULE(ELU);
+
+/// log(1 + exp(beta * x)) / beta, x where beta * x > threshold.
+class SoftplusImpl : public Cloneable<SoftplusImpl> {
+ public:
+  /// Nothing to register.
+  void reset() override {}
+  explicit SoftplusImpl(const SoftplusOptions& options = {}) : options(options) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "Softplus"; }
+  SoftplusOptions options;
+};
+TROUPE_MODULE(Softplus);
+
+/// x clamped to [min_val, max_val].
+class HardtanhImpl : public Cloneable<HardtanhImpl> {
+ public:
+  /// Nothing to register; checks min_val <= max_val.
+  void reset() override;
+  explicit HardtanhImpl(const HardtanhOptions& options = {}) : options(options) { reset(); }
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "Hardtanh"; }
+  HardtanhOptions options;
+};
+TROUPE_MODULE(Hardtanh);
+
+/// x * tanh(softplus(x)).
+class MishImpl : public Cloneable<MishImpl> {
+ public:
+  /// Nothing to register.
+  void reset() override {}
+  Tensor forward(const Tensor& input) override;
+  std::string name() const override { return "Mish"; }
+};
+TROUPE_MODULE(Mish);
+
+/// x for x > 0, weight * x otherwise, with learnable slopes (one, or one per channel).
+class PReLUImpl : public Cloneable<PReLUImpl> {
+ public:
+  explicit PReLUImpl(const PReLUOptions& options = {});
+  /// Registers weight (num_parameters) and initialises it.
+  void reset() override;
+  /// weight = init (no random numbers drawn).
+  void reset_parameters();
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "PReLU"; }
+  PReLUOptions options;
+  Tensor weight;
+};
+TROUPE_MODULE(PReLU);
 
 /// x * Phi(x).
 class GELUImpl : public Cloneable<GELUImpl> {

@@ -31,6 +31,30 @@ Value Loss::forward_args(const Args& args, const Kwargs& kwargs) {
   throw std::invalid_argument("[" + name() + "] forward takes (input, target) Tensors, got (" + got + ")");
 }
 
+Value TripleInputLoss::forward_args(const Args& args, const Kwargs& kwargs) {
+  const std::array<std::string, 3> names = arg_names();
+  std::array<const Value*, 3> slots{};
+  bool ok = args.size() <= 3;
+  for (size_t i = 0; i < args.size() && i < 3; ++i) slots[i] = &args[i];
+  for (const auto& [k, v] : kwargs) {
+    size_t i = 0;
+    while (i < 3 && names[i] != k) ++i;
+    if (i == 3 || slots[i]) ok = false;  // an unknown keyword, or one given twice
+    else slots[i] = &v;
+  }
+  for (const Value* v : slots) ok = ok && v && v->is_tensor();
+  if (ok) return forward(slots[0]->tensor(), slots[1]->tensor(), slots[2]->tensor());
+  std::string got;
+  auto add = [&got](const std::string& item) {
+    if (!got.empty()) got += ", ";
+    got += item;
+  };
+  for (const auto& a : args) add(a.kind());
+  for (const auto& [k, v] : kwargs) add(k + "=" + v.kind());
+  throw std::invalid_argument("[" + name() + "] forward takes (" + names[0] + ", " + names[1] + ", " + names[2] +
+                              ") Tensors, got (" + got + ")");
+}
+
 namespace {
 // The tensor given in the options, registered as is (as PyTorch registers the weight it is given);
 // while initialisation is skipped (skip_init, or reset() on a copy made by clone()) an uninitialised
@@ -58,6 +82,30 @@ Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
 HuberLossImpl::HuberLossImpl(const HuberLossOptions& options_) : options(options_) { reset(); }
 
 Tensor HuberLossImpl::forward(const Tensor& input, const Tensor& target) { return F::huber_loss(input, target, options); }
+
+KLDivLossImpl::KLDivLossImpl(const KLDivLossOptions& options_) : options(options_) { reset(); }
+
+Tensor KLDivLossImpl::forward(const Tensor& input, const Tensor& target) { return F::kl_div(input, target, options); }
+
+CosineEmbeddingLossImpl::CosineEmbeddingLossImpl(const CosineEmbeddingLossOptions& options_) : options(options_) {
+  reset();
+}
+
+Tensor CosineEmbeddingLossImpl::forward(const Tensor& input1, const Tensor& input2, const Tensor& target) {
+  return F::cosine_embedding_loss(input1, input2, target, options);
+}
+
+MarginRankingLossImpl::MarginRankingLossImpl(const MarginRankingLossOptions& options_) : options(options_) { reset(); }
+
+Tensor MarginRankingLossImpl::forward(const Tensor& input1, const Tensor& input2, const Tensor& target) {
+  return F::margin_ranking_loss(input1, input2, target, options);
+}
+
+TripletMarginLossImpl::TripletMarginLossImpl(const TripletMarginLossOptions& options_) : options(options_) { reset(); }
+
+Tensor TripletMarginLossImpl::forward(const Tensor& anchor, const Tensor& positive, const Tensor& negative) {
+  return F::triplet_margin_loss(anchor, positive, negative, options);
+}
 
 CrossEntropyLossImpl::CrossEntropyLossImpl(const CrossEntropyLossOptions& options_) : options(options_) { reset(); }
 

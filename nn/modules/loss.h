@@ -9,6 +9,7 @@
 // weight moves with Module::to like any buffer.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -34,6 +35,24 @@ class Loss : public Module {
   Tensor operator()(const Tensor& input, const Tensor& target) { return call({input, target}).tensor(); }
   /// Accepts (input, target) given positionally or as the keywords "input" / "target".
   Value forward_args(const Args& args, const Kwargs& kwargs) override;
+};
+
+/// Base of the losses of three tensors (PyTorch's _Loss with a three-argument forward): CosineEmbeddingLoss and
+/// MarginRankingLoss take (input1, input2, target), TripletMarginLoss (anchor, positive, negative).
+class TripleInputLoss : public Module {
+ public:
+  using Module::forward;
+  using Module::operator();
+  /// The loss of the three tensors.
+  virtual Tensor forward(const Tensor& a, const Tensor& b, const Tensor& c) = 0;
+  /// Runs call({a, b, c}) (hooks included) and returns the loss.
+  Tensor operator()(const Tensor& a, const Tensor& b, const Tensor& c) { return call({a, b, c}).tensor(); }
+  /// Accepts the three tensors positionally or by their names (arg_names()).
+  Value forward_args(const Args& args, const Kwargs& kwargs) override;
+
+ protected:
+  /// The keyword names of the three arguments.
+  virtual std::array<std::string, 3> arg_names() const = 0;
 };
 
 // ------------------------------------------------------------------ losses
@@ -89,6 +108,69 @@ class HuberLossImpl : public Cloneable<HuberLossImpl, Loss> {
   HuberLossOptions options;
 };
 TROUPE_MODULE(HuberLoss);
+
+/// Kullback-Leibler divergence of the target (probabilities, or log-probabilities with log_target) from the
+/// input's log-probabilities.
+class KLDivLossImpl : public Cloneable<KLDivLossImpl, Loss> {
+ public:
+  explicit KLDivLossImpl(const KLDivLossOptions& options = {});
+  void reset() override {}
+  using Loss::forward;
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  std::string name() const override { return "KLDivLoss"; }
+
+  KLDivLossOptions options;
+};
+TROUPE_MODULE(KLDivLoss);
+
+/// Whether two inputs are similar (target 1: 1 - cos) or dissimilar (target -1: max(0, cos - margin)).
+class CosineEmbeddingLossImpl : public Cloneable<CosineEmbeddingLossImpl, TripleInputLoss> {
+ public:
+  explicit CosineEmbeddingLossImpl(const CosineEmbeddingLossOptions& options = {});
+  void reset() override {}
+  using TripleInputLoss::forward;
+  /// (N, D), (N, D), (N) of 1 / -1; or (D), (D), ().
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target) override;
+  std::string name() const override { return "CosineEmbeddingLoss"; }
+
+  CosineEmbeddingLossOptions options;
+
+ protected:
+  std::array<std::string, 3> arg_names() const override { return {"input1", "input2", "target"}; }
+};
+TROUPE_MODULE(CosineEmbeddingLoss);
+
+/// max(0, -target * (input1 - input2) + margin): target 1 ranks input1 higher, -1 input2.
+class MarginRankingLossImpl : public Cloneable<MarginRankingLossImpl, TripleInputLoss> {
+ public:
+  explicit MarginRankingLossImpl(const MarginRankingLossOptions& options = {});
+  void reset() override {}
+  using TripleInputLoss::forward;
+  Tensor forward(const Tensor& input1, const Tensor& input2, const Tensor& target) override;
+  std::string name() const override { return "MarginRankingLoss"; }
+
+  MarginRankingLossOptions options;
+
+ protected:
+  std::array<std::string, 3> arg_names() const override { return {"input1", "input2", "target"}; }
+};
+TROUPE_MODULE(MarginRankingLoss);
+
+/// max(0, margin + d(anchor, positive) - d(anchor, negative)) with the p-norm distance.
+class TripletMarginLossImpl : public Cloneable<TripletMarginLossImpl, TripleInputLoss> {
+ public:
+  explicit TripletMarginLossImpl(const TripletMarginLossOptions& options = {});
+  void reset() override {}
+  using TripleInputLoss::forward;
+  Tensor forward(const Tensor& anchor, const Tensor& positive, const Tensor& negative) override;
+  std::string name() const override { return "TripletMarginLoss"; }
+
+  TripletMarginLossOptions options;
+
+ protected:
+  std::array<std::string, 3> arg_names() const override { return {"anchor", "positive", "negative"}; }
+};
+TROUPE_MODULE(TripletMarginLoss);
 
 /// Cross entropy between logits and class indices or class probabilities (log_softmax + NLLLoss).
 class CrossEntropyLossImpl : public Cloneable<CrossEntropyLossImpl, Loss> {

@@ -1,4 +1,5 @@
-// LayerNorm (torch.nn.LayerNorm): normalisation over the trailing dims, with an elementwise affine map.
+// LayerNorm and GroupNorm (torch.nn.LayerNorm / GroupNorm): normalisation over the trailing dims or over groups
+// of channels, with an elementwise / per-channel affine map.
 #pragma once
 
 #include <cstdint>
@@ -35,5 +36,25 @@ class LayerNormImpl : public Cloneable<LayerNormImpl> {
   Tensor bias;
 };
 TROUPE_MODULE(LayerNorm);
+
+/// Applies group normalisation over (N, C, *) input: the channels in num_groups groups.
+class GroupNormImpl : public Cloneable<GroupNormImpl> {
+ public:
+  explicit GroupNormImpl(const GroupNormOptions& options);
+  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+
+  /// Registers weight and bias (C elements; None without affine) and initialises them.
+  void reset() override;
+  /// weight = ones, bias = zeros.
+  void reset_parameters();
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::string name() const override { return "GroupNorm"; }
+
+  GroupNormOptions options;
+  Tensor weight;
+  Tensor bias;
+};
+TROUPE_MODULE(GroupNorm);
 
 }  // namespace troupe::nn

@@ -32,6 +32,27 @@ struct ELUOptions {
   TROUPE_ARG(bool, inplace) = false;
 };
 
+/// Options of Softplus: log(1 + exp(beta * x)) / beta, x itself where beta * x > threshold.
+struct SoftplusOptions {
+  TROUPE_ARG(double, beta) = 1.0;
+  TROUPE_ARG(double, threshold) = 20.0;
+};
+
+/// Options of Hardtanh: x clamped to [min_val, max_val].
+struct HardtanhOptions {
+  TROUPE_ARG(double, min_val) = -1.0;
+  TROUPE_ARG(double, max_val) = 1.0;
+  TROUPE_ARG(bool, inplace) = false;
+};
+
+/// Options of PReLU: num_parameters slopes (1, or the number of channels) initialised to `init`.
+struct PReLUOptions {
+  TROUPE_ARG(int64_t, num_parameters) = 1;
+  TROUPE_ARG(double, init) = 0.25;
+  TROUPE_ARG(Device, device) = Device(kCPU);
+  TROUPE_ARG(std::optional<ScalarType>, dtype);
+};
+
 /// Options of GELU ("none": exact erf form; "tanh": the tanh approximation).
 struct GELUOptions {
   GELUOptions(std::string approximate = "none") : approximate_(std::move(approximate)) {}
@@ -65,6 +86,8 @@ namespace functional {
 using ReLUFuncOptions = ReLUOptions;
 using LeakyReLUFuncOptions = LeakyReLUOptions;
 using ELUFuncOptions = ELUOptions;
+using SoftplusFuncOptions = SoftplusOptions;
+using HardtanhFuncOptions = HardtanhOptions;
 using GELUFuncOptions = GELUOptions;
 /// libtorch's F::silu takes no options; troupe's takes SiLU's (inplace), as Python's F.silu does.
 using SiLUFuncOptions = SiLUOptions;

@@ -100,7 +100,71 @@ struct BCEWithLogitsLossOptions {
   TROUPE_ARG(Tensor, pos_weight);
 };
 
+/// The reduction of KLDivLoss: "none", "batchmean" (the sum divided by the batch size, the KL divergence's
+/// definition), "sum" or "mean" (over every element; PyTorch warns). Converts from troupe::kNone, kBatchMean,
+/// kSum, kMean, from a Reduction, or from PyTorch's strings; another string throws "<s> is not a valid value
+/// for reduction".
+class KLDivReduction {
+ public:
+  enum Kind { None, BatchMean, Sum, Mean };
+  KLDivReduction(Kind kind = Mean) : kind_(kind) {}
+  KLDivReduction(enumtype::kNone) : kind_(None) {}
+  KLDivReduction(enumtype::kBatchMean) : kind_(BatchMean) {}
+  KLDivReduction(enumtype::kSum) : kind_(Sum) {}
+  KLDivReduction(enumtype::kMean) : kind_(Mean) {}
+  KLDivReduction(Reduction r)
+      : kind_(r.kind() == Reduction::None ? None : r.kind() == Reduction::Sum ? Sum : Mean) {}
+  KLDivReduction(const std::string& s);
+  KLDivReduction(const char* s) : KLDivReduction(std::string(s)) {}
+
+  Kind kind() const { return kind_; }
+  /// PyTorch's name: "none", "batchmean", "sum" or "mean".
+  std::string str() const;
+  friend bool operator==(KLDivReduction a, KLDivReduction b) { return a.kind_ == b.kind_; }
+  friend bool operator!=(KLDivReduction a, KLDivReduction b) { return a.kind_ != b.kind_; }
+
+ private:
+  Kind kind_;
+};
+
+/// Options of KLDivLoss and F::kl_div: `KLDivLossOptions(troupe::kBatchMean).log_target(true)`.
+struct KLDivLossOptions {
+  KLDivLossOptions(KLDivReduction reduction = KLDivReduction::Mean) : reduction_(reduction) {}
+  TROUPE_ARG(KLDivReduction, reduction);
+  /// The target holds log-probabilities (else probabilities).
+  TROUPE_ARG(bool, log_target) = false;
+};
+
+/// Options of CosineEmbeddingLoss and F::cosine_embedding_loss.
+struct CosineEmbeddingLossOptions {
+  /// Dissimilar pairs (target -1) cost max(0, cos - margin); in [-1, 1], 0 to 0.5 suggested.
+  TROUPE_ARG(double, margin) = 0.0;
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+/// Options of MarginRankingLoss and F::margin_ranking_loss.
+struct MarginRankingLossOptions {
+  TROUPE_ARG(double, margin) = 0.0;
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
+/// Options of TripletMarginLoss and F::triplet_margin_loss.
+struct TripletMarginLossOptions {
+  TROUPE_ARG(double, margin) = 1.0;
+  /// The norm of the pairwise distance.
+  TROUPE_ARG(double, p) = 2.0;
+  /// Added to the differences before the norm (keeps the gradient finite at 0).
+  TROUPE_ARG(double, eps) = 1e-6;
+  /// Use min(d(a, n), d(p, n)) as the negative distance (the distance swap of Balntas et al.).
+  TROUPE_ARG(bool, swap) = false;
+  TROUPE_ARG(Reduction, reduction) = Reduction::Mean;
+};
+
 namespace functional {
+using KLDivFuncOptions = KLDivLossOptions;
+using CosineEmbeddingLossFuncOptions = CosineEmbeddingLossOptions;
+using MarginRankingLossFuncOptions = MarginRankingLossOptions;
+using TripletMarginLossFuncOptions = TripletMarginLossOptions;
 using MSELossFuncOptions = MSELossOptions;
 using L1LossFuncOptions = L1LossOptions;
 using SmoothL1LossFuncOptions = SmoothL1LossOptions;

@@ -336,6 +336,26 @@ std::vector<Case> build_cases() {
       {R({1, 4, 3, 3}), R({2, 2, 2, 2}), R({2})});
   C("conv2d_no_bias", [](const variable_list& v) { return L(conv2d(v[0], v[1], Tensor(), {2, 1}, 1)); },
       {R({1, 2, 4, 3}), R({3, 2, 2, 2})}, true);
+  C("conv_transpose2d", [](const variable_list& v) { return L(conv_transpose2d(v[0], v[1], v[2])); },
+      {R({1, 2, 3, 3}), R({2, 3, 2, 2}), R({3})}, true);
+  C("conv_transpose2d_stride_output_padding",
+    [](const variable_list& v) { return L(conv_transpose2d(v[0], v[1], v[2], {2, 3}, {1, 0}, {1, 2})); },
+    {R({2, 2, 3, 2}), R({2, 1, 3, 2}), R({1})}, true);
+  C("conv_transpose2d_groups_dilation",
+    [](const variable_list& v) { return L(conv_transpose2d(v[0], v[1], v[2], 1, 1, 0, 2, {2, 1})); },
+    {R({1, 4, 3, 3}), R({4, 1, 2, 2}), R({2})});
+  // output_padding 1 >= stride 1, allowed by dilation 2: the input gets a zero row
+  C("conv_transpose2d_output_padding_dilation",
+    [](const variable_list& v) { return L(conv_transpose2d(v[0], v[1], Tensor(), 1, 0, 1, 1, 2)); },
+    {R({1, 2, 2, 3}), R({2, 2, 2, 2})});
+  C("conv_transpose2d_unbatched", [](const variable_list& v) { return L(conv_transpose2d(v[0], v[1], v[2], 2, 1)); },
+    {R({2, 3, 3}), R({2, 2, 3, 3}), R({2})});
+  C("conv1d", [](const variable_list& v) { return L(conv1d(v[0], v[1], v[2], 2, 1, 2)); },
+    {R({2, 2, 7}), R({3, 2, 3}), R({3})}, true);
+  C("conv1d_groups_unbatched", [](const variable_list& v) { return L(conv1d(v[0], v[1], Tensor(), 1, 0, 1, 2)); },
+    {R({4, 5}), R({2, 2, 2})});
+  C("conv_transpose1d", [](const variable_list& v) { return L(conv_transpose1d(v[0], v[1], v[2], 2, 1, 1)); },
+    {R({2, 2, 4}), R({2, 3, 3}), R({3})}, true);
   C("max_pool2d", [](const variable_list& v) { return L(max_pool2d(v[0], 2)); }, {R({1, 2, 4, 4})}, true);
   C("max_pool2d_overlap_padding", [](const variable_list& v) { return L(max_pool2d(v[0], 3, 2, 1)); },
       {R({1, 1, 5, 5})}, true);
@@ -543,6 +563,9 @@ TEST(GradcheckTable, CoversEveryDifferentiableOp) {
       "scatter_add", "index_select", "index_add", "repeat", "flip", "masked_select", "tril", "triu",
       // nn
       "conv2d", "conv2d_stride", "conv2d_padding", "conv2d_dilation", "conv2d_groups", "conv2d_no_bias",
+      "conv_transpose2d", "conv_transpose2d_stride_output_padding", "conv_transpose2d_groups_dilation",
+      "conv_transpose2d_output_padding_dilation", "conv_transpose2d_unbatched", "conv1d", "conv1d_groups_unbatched",
+      "conv_transpose1d",
       "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "avg_pool2d_count_include_pad",
       "avg_pool2d_exclude_pad", "dropout_eval", "dropout_train",
       // in-place Tensor methods
@@ -559,7 +582,8 @@ TEST(GradcheckTable, CoversEveryDifferentiableOp) {
 
   const std::vector<std::string> expected_gg = {"mul", "div", "exp", "log", "tanh", "sigmoid", "pow", "matmul",
                                                 "softmax", "log_softmax", "gelu", "silu", "conv2d", "sum", "mean",
-                                                "var", "max_pool2d"};
+                                                "var", "max_pool2d", "conv_transpose2d", "conv1d",
+                                                "conv_transpose1d"};
   auto gg = gradgrad_cases();
   for (auto& op : expected_gg) EXPECT_TRUE(covered(gg, op)) << "no gradgradcheck case for " << op;
 }
