@@ -10,3 +10,4 @@
 #include <troupe/nn/options/loss.h>
 #include <troupe/nn/options/normalization.h>
 #include <troupe/nn/options/pooling.h>
+#include <troupe/nn/options/rnn.h>

@@ -27,6 +27,10 @@ TROUPE_ENUM_TAG(Constant, "constant")
 TROUPE_ENUM_TAG(Reflect, "reflect")
 TROUPE_ENUM_TAG(Replicate, "replicate")
 TROUPE_ENUM_TAG(Circular, "circular")
+// RNN nonlinearities and transformer activations
+TROUPE_ENUM_TAG(Tanh, "tanh")
+TROUPE_ENUM_TAG(ReLU, "relu")
+TROUPE_ENUM_TAG(GELU, "gelu")
 
 #undef TROUPE_ENUM_TAG
 
@@ -43,5 +47,8 @@ inline constexpr enumtype::kConstant kConstant{};
 inline constexpr enumtype::kReflect kReflect{};
 inline constexpr enumtype::kReplicate kReplicate{};
 inline constexpr enumtype::kCircular kCircular{};
+inline constexpr enumtype::kTanh kTanh{};
+inline constexpr enumtype::kReLU kReLU{};
+inline constexpr enumtype::kGELU kGELU{};
 
 }  // namespace troupe
