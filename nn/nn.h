@@ -19,6 +19,7 @@
 #include <troupe/nn/modules/normalization.h>
 #include <troupe/nn/modules/pooling.h>
 #include <troupe/nn/modules/rnn.h>
+#include <troupe/nn/modules/transformer.h>
 #include <troupe/nn/options.h>
 #include <troupe/nn/pimpl.h>
 #include <troupe/nn/registry.h>

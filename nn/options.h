@@ -11,3 +11,4 @@
 #include <troupe/nn/options/normalization.h>
 #include <troupe/nn/options/pooling.h>
 #include <troupe/nn/options/rnn.h>
+#include <troupe/nn/options/transformer.h>
