@@ -21,6 +21,8 @@
 #include <troupe/nn/modules/pixelshuffle.h>
 #include <troupe/nn/modules/pooling.h>
 #include <troupe/nn/modules/upsampling.h>
+#include <troupe/nn/modules/rnn.h>
+#include <troupe/nn/modules/transformer.h>
 #include <troupe/nn/options.h>
 #include <troupe/nn/pimpl.h>
 #include <troupe/nn/registry.h>

@@ -13,3 +13,5 @@
 #include <troupe/nn/options/pixelshuffle.h>
 #include <troupe/nn/options/pooling.h>
 #include <troupe/nn/options/upsampling.h>
+#include <troupe/nn/options/rnn.h>
+#include <troupe/nn/options/transformer.h>

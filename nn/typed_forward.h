@@ -71,21 +71,54 @@ struct value_conv<std::optional<Tensor>> {
     return v.tensor();
   }
 };
+/// A tensor or a (nested) tuple of tensors: `std::tuple<Tensor, std::tuple<Tensor, Tensor>>` (LSTM's
+/// output) travels as the flat tuple of its tensors, in order.
+template <class T>
+struct tensor_tree : std::false_type {};
+template <>
+struct tensor_tree<Tensor> : std::true_type {
+  static constexpr size_t count = 1;
+  static void flatten(const Tensor& t, std::vector<Tensor>& out) { out.push_back(t); }
+  static Tensor build(const std::vector<Tensor>& ts, size_t& pos) { return ts[pos++]; }
+};
 template <class... Ts>
-struct value_conv<std::tuple<Ts...>, std::enable_if_t<(std::is_same_v<Ts, Tensor> && ...)>> {
+struct tensor_tree<std::tuple<Ts...>> : std::bool_constant<(tensor_tree<Ts>::value && ...)> {
+  static constexpr size_t count = (size_t{0} + ... + tensor_tree<Ts>::count);
+  static void flatten(const std::tuple<Ts...>& t, std::vector<Tensor>& out) {
+    std::apply([&](const auto&... x) { (tensor_tree<std::decay_t<decltype(x)>>::flatten(x, out), ...); }, t);
+  }
+  static std::tuple<Ts...> build(const std::vector<Tensor>& ts, size_t& pos) {
+    return std::tuple<Ts...>{tensor_tree<Ts>::build(ts, pos)...};  // braces: left to right
+  }
+};
+
+template <class... Ts>
+struct value_conv<std::tuple<Ts...>, std::enable_if_t<tensor_tree<std::tuple<Ts...>>::value>> {
+  using Tree = tensor_tree<std::tuple<Ts...>>;
   static Value to(const std::tuple<Ts...>& t) {
-    return Value(std::apply([](const auto&... x) { return std::vector<Tensor>{x...}; }, t));
+    std::vector<Tensor> out;
+    out.reserve(Tree::count);
+    Tree::flatten(t, out);
+    return Value(std::move(out));
   }
   static std::tuple<Ts...> from(const Value& v) {
     const auto& ts = v.tuple();
-    if (ts.size() != sizeof...(Ts))
+    if (ts.size() != Tree::count)
       throw std::invalid_argument("forward returned a tuple of " + std::to_string(ts.size()) + " tensors, expected " +
-                                  std::to_string(sizeof...(Ts)));
-    return take(ts, std::index_sequence_for<Ts...>{});
+                                  std::to_string(Tree::count));
+    size_t pos = 0;
+    return Tree::build(ts, pos);
   }
-  template <size_t... I>
-  static std::tuple<Ts...> take(const std::vector<Tensor>& ts, std::index_sequence<I...>) {
-    return std::tuple<Ts...>(ts[I]...);
+};
+/// An optional tuple of tensors (LSTM's initial state): None or the tuple.
+template <class... Ts>
+struct value_conv<std::optional<std::tuple<Ts...>>, std::enable_if_t<tensor_tree<std::tuple<Ts...>>::value>> {
+  static Value to(const std::optional<std::tuple<Ts...>>& t) {
+    return t ? value_conv<std::tuple<Ts...>>::to(*t) : Value();
+  }
+  static std::optional<std::tuple<Ts...>> from(const Value& v) {
+    if (v.is_none()) return std::nullopt;
+    return value_conv<std::tuple<Ts...>>::from(v);
   }
 };
 template <>
@@ -191,7 +224,14 @@ Value call_typed_forward(M& m, const Args& args, std::index_sequence<I...>) {
   return to_value(m.forward(value_conv<std::decay_t<std::tuple_element_t<I, Params>>>::from(args[I])...));
 }
 
-/// forward_args for a module whose forward is typed: unpacks args into M::forward's parameters.
+/// Whether M declares the defaults of its forward's trailing parameters (TROUPE_FORWARD_HAS_DEFAULT_ARGS).
+template <class M, class = void>
+struct has_forward_defaults : std::false_type {};
+template <class M>
+struct has_forward_defaults<M, std::void_t<decltype(M::_forward_default_args())>> : std::true_type {};
+
+/// forward_args for a module whose forward is typed: unpacks args into M::forward's parameters (trailing
+/// ones left out take the defaults M declares with TROUPE_FORWARD_HAS_DEFAULT_ARGS).
 template <class M>
 Value typed_forward_thunk(Module& self, const Args& args, const Kwargs& kwargs) {
   auto& m = static_cast<M&>(self);
@@ -200,6 +240,17 @@ Value typed_forward_thunk(Module& self, const Args& args, const Kwargs& kwargs) 
   if (!kwargs.empty())
     throw std::invalid_argument("[" + m.name() + "] forward() got an unexpected keyword argument '" +
                                 kwargs.begin()->first + "'");
+  if constexpr (has_forward_defaults<M>::value) {
+    if (args.size() < n) {
+      Args full = args;
+      for (const auto& [index, value] : M::_forward_default_args())
+        if (index >= full.size() && index < n) {
+          if (index != full.size()) break;  // defaults cover a trailing run only
+          full.push_back(value);
+        }
+      if (full.size() == n) return call_typed_forward<M, Params>(m, full, std::make_index_sequence<n>{});
+    }
+  }
   if (args.size() != n)
     throw std::invalid_argument("[" + m.name() + "] forward() takes " + std::to_string(n) + " argument" +
                                 (n == 1 ? "" : "s") + " but " + std::to_string(args.size()) +
@@ -209,3 +260,11 @@ Value typed_forward_thunk(Module& self, const Args& args, const Kwargs& kwargs) 
 
 }  // namespace detail
 }  // namespace troupe::nn
+
+/// Declares the defaults of a typed forward's trailing parameters, as libtorch's FORWARD_HAS_DEFAULT_ARGS,
+/// so that a call through hooks, containers or AnyModule may leave them out:
+///   std::tuple<Tensor, Tensor> forward(const Tensor& input, Tensor hx = {});
+///   TROUPE_FORWARD_HAS_DEFAULT_ARGS({1, ::troupe::nn::Value(Tensor())})
+#define TROUPE_FORWARD_HAS_DEFAULT_ARGS(...)                                                       \
+ public:                                                                                          \
+  static std::vector<std::pair<size_t, ::troupe::nn::Value>> _forward_default_args() { return {__VA_ARGS__}; }

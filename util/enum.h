@@ -1,6 +1,6 @@
 // The enum-like constants of the options structs, spelled as libtorch's (troupe::kMean, kSum, kNone, kBatchMean,
 // kSame, kValid, kZeros, kConstant, kReflect, kReplicate, kCircular, kNearest, kNearestExact, kLinear, kBilinear,
-// kBicubic, kTrilinear, kArea): each is the one value of its own tag type in
+// kBicubic, kTrilinear, kArea, kTanh, kReLU, kGELU): each is the one value of its own tag type in
 // troupe::enumtype, so an option accepts exactly the constants it supports, and each converts to the string
 // PyTorch's Python API uses ("mean", "same", "reflect", ...) for options that keep that string.
 //
@@ -36,6 +36,10 @@ TROUPE_ENUM_TAG(Bilinear, "bilinear")
 TROUPE_ENUM_TAG(Bicubic, "bicubic")
 TROUPE_ENUM_TAG(Trilinear, "trilinear")
 TROUPE_ENUM_TAG(Area, "area")
+// RNN nonlinearities and transformer activations
+TROUPE_ENUM_TAG(Tanh, "tanh")
+TROUPE_ENUM_TAG(ReLU, "relu")
+TROUPE_ENUM_TAG(GELU, "gelu")
 
 #undef TROUPE_ENUM_TAG
 
@@ -60,5 +64,8 @@ inline constexpr enumtype::kBilinear kBilinear{};
 inline constexpr enumtype::kBicubic kBicubic{};
 inline constexpr enumtype::kTrilinear kTrilinear{};
 inline constexpr enumtype::kArea kArea{};
+inline constexpr enumtype::kTanh kTanh{};
+inline constexpr enumtype::kReLU kReLU{};
+inline constexpr enumtype::kGELU kGELU{};
 
 }  // namespace troupe

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <troupe/nn/functional/activation.h>
+#include <troupe/nn/functional/attention.h>
 #include <troupe/nn/functional/conv.h>
 #include <troupe/nn/functional/dropout.h>
 #include <troupe/nn/functional/embedding.h>
