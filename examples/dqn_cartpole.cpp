@@ -273,7 +273,12 @@ int main(int argc, char** argv) {
       if (ctx.size == 1) {
         rc = run_alone(cfg);
       } else if (ctx.rank == 0) {
-        rc = run_actors(ctx, cfg);
+        try {
+          rc = run_actors(ctx, cfg);
+        } catch (const std::exception& e) {  // reach the barrier: the other ranks wait there
+          std::fprintf(stderr, "dqn_cartpole: %s\n", e.what());
+          rc = 1;
+        }
       }
       ctx.world->barrier();
       return 0;

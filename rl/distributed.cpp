@@ -356,8 +356,14 @@ void MultiaSyncDataCollector::update_policy_weights_(const nn::Module& policy) {
   weights_ = snapshot(policy);
   ++version_;
   Value w(pairs_of(weights_));
-  for (auto& wk : workers_)
-    if (wk && wk->ref.valid()) wk->ref.send("weights", version_, w);
+  for (auto& wk : workers_) {
+    if (!wk || !wk->ref.valid()) continue;
+    try {
+      wk->ref.send("weights", version_, w);
+    } catch (const ActorError&) {
+      // a worker that is gone: its pending batch fails, and next() spawns it again with these weights
+    }
+  }
 }
 
 std::vector<ActorRef> MultiaSyncDataCollector::workers() const {
