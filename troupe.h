@@ -23,4 +23,7 @@
 #include "parallel/parallel.h"
 #include "rl/rl.h"
 #include "launch/launch.h"
+#ifdef TROUPE_HAVE_DASHBOARD
+#include "launch/dashboard.h"
+#endif
 #include "actors/actors.h"

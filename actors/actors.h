@@ -5,6 +5,7 @@
 #include <troupe/actors/actor.h>
 #include <troupe/actors/averager.h>
 #include <troupe/actors/future.h>
+#include <troupe/actors/introspect.h>
 #include <troupe/actors/remote_module.h>
 #include <troupe/actors/runtime.h>
 #include <troupe/actors/value.h>

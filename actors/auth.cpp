@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include <openssl/crypto.h>
@@ -84,6 +85,41 @@ bool write_all(int fd, const char* buf, size_t n) {
 }  // namespace
 
 std::string random_secret() { return random_bytes(32); }
+
+namespace {
+std::mutex g_secret_mu;
+std::string g_secret;
+}  // namespace
+
+std::string job_secret() {
+  std::lock_guard<std::mutex> g(g_secret_mu);
+  if (g_secret.empty()) {
+    g_secret = secret_from_env();
+    if (g_secret.empty()) g_secret = random_secret();
+  }
+  return g_secret;
+}
+
+void set_job_secret(const std::string& secret) {
+  std::lock_guard<std::mutex> g(g_secret_mu);
+  g_secret = secret;
+}
+
+std::string derive_token(const std::string& secret, const std::string& purpose) {
+  const std::string mac = hmac(secret, "troupe/" + purpose);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < 16 && i < mac.size(); ++i) {
+    const auto b = static_cast<unsigned char>(mac[i]);
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+bool same_token(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 std::string secret_from_env() {
   const char* v = std::getenv("TROUPE_SECRET");

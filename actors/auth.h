@@ -26,6 +26,18 @@ std::string random_secret();
 /// SHA-256 of TROUPE_SECRET when it is set (every rank derives the same secret), else "".
 std::string secret_from_env();
 
+/// The job's secret in this process: what start_connected settled (TROUPE_SECRET's hash, or rank 0's
+/// random bytes shared over the world); without it, TROUPE_SECRET's hash or 32 random bytes made on the
+/// first call. Other services of the job (the dashboard) derive their tokens from it.
+std::string job_secret();
+/// @private: start_connected records the secret it settled.
+void set_job_secret(const std::string& secret);
+/// A token for one service of the job that does not reveal the secret: the first 16 bytes of
+/// HMAC-SHA256(secret, "troupe/" + purpose) as 32 lowercase hex digits.
+std::string derive_token(const std::string& secret, const std::string& purpose);
+/// Equality of `a` and `b` in time independent of where they differ.
+bool same_token(const std::string& a, const std::string& b);
+
 /// The listener's side on a connected socket `fd` (made blocking, timeouts set): true when the peer
 /// proved it holds `secret` (and was sent the listener's proof). On false the caller closes `fd`.
 bool accept_peer(int fd, const std::string& secret, std::chrono::milliseconds timeout);

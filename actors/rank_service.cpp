@@ -1,12 +1,94 @@
 // The rank service: one actor per rank that spawns actors there from the factory registry and keeps the
-// rank's part of the directory (its named actors). Runtime::spawn_on / lookup / names talk to it.
+// rank's part of the directory (its named actors) and their counters (introspect.h). Runtime::spawn_on /
+// lookup / names and actors::inspect talk to it.
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include <troupe/actors/internal/services.h>
 
 namespace troupe::actors::detail {
 namespace {
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+/// One spawned actor's counters, filled by its wrapped handlers (on the actor's thread) and read by
+/// the service's "stats" (on another).
+struct Counters {
+  std::string factory;
+  double spawned_at = 0;
+  std::vector<std::string> modules;
+  std::atomic<int64_t> messages{0}, errors{0}, busy_ns{0};
+  std::atomic<double> last_at{0};
+  std::atomic<const std::string*> current{nullptr};  // the method running now (a key of the handler map)
+  std::mutex mu;
+  std::string last_error;
+
+  ActorInfo info(const std::string& name) {
+    ActorInfo a;
+    a.name = name;
+    a.factory = factory;
+    a.messages = messages.load(std::memory_order_relaxed);
+    a.errors = errors.load(std::memory_order_relaxed);
+    a.busy_seconds = 1e-9 * static_cast<double>(busy_ns.load(std::memory_order_relaxed));
+    if (const std::string* m = current.load(std::memory_order_acquire)) {
+      a.busy = true;
+      a.current_method = *m;
+    }
+    a.spawned_at = spawned_at;
+    a.last_message_at = last_at.load(std::memory_order_relaxed);
+    a.modules = modules;
+    std::lock_guard<std::mutex> g(mu);
+    a.last_error = last_error;
+    return a;
+  }
+};
+
+/// Wraps every handler of `actor` so that each call counts in `c` (time, errors, the running method).
+void count_handlers(Actor& actor, const std::shared_ptr<Counters>& c) {
+  for (auto& [method, fn] : ActorAccess::handlers(actor)) {
+    fn = [c, m = &method, inner = std::move(fn)](const List& args) -> Value {
+      const auto t0 = std::chrono::steady_clock::now();
+      c->current.store(m, std::memory_order_release);
+      auto done = [&](const char* what) {
+        c->busy_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+                             std::memory_order_relaxed);
+        c->messages.fetch_add(1, std::memory_order_relaxed);
+        c->last_at.store(wall_now(), std::memory_order_relaxed);
+        c->current.store(nullptr, std::memory_order_release);
+        if (what) {
+          c->errors.fetch_add(1, std::memory_order_relaxed);
+          std::lock_guard<std::mutex> g(c->mu);
+          c->last_error = *m + ": " + what;
+        }
+      };
+      try {
+        Value v = inner(args);
+        done(nullptr);
+        return v;
+      } catch (const std::exception& e) {
+        done(e.what());
+        throw;
+      } catch (...) {
+        done("a non-std exception");
+        throw;
+      }
+    };
+  }
+}
 
 class RankService : public Actor {
  public:
@@ -24,8 +106,12 @@ class RankService : public Actor {
       return out;
     });
     handle("hello", [](int64_t rank, ActorRef service) { set_service(static_cast<int>(rank), service); });
-    handle("forget", [this](std::string name) { names_.erase(name); });
+    handle("forget", [this](std::string name) {
+      names_.erase(name);
+      counters_.erase(name);
+    });
     handle("ping", [this] { return static_cast<int64_t>(rank_); });
+    handle("stats", [this] { return encode_rank_info(stats()); });
   }
 
  private:
@@ -48,13 +134,30 @@ class RankService : public Actor {
       throw ActorError("factory '" + factory + "' threw: " + e.what());
     }
     if (!actor) throw ActorError("factory '" + factory + "' returned no actor");
+    auto c = std::make_shared<Counters>();
+    c->factory = factory;
+    c->spawned_at = wall_now();
+    c->modules = take_hosted_modules(actor.get());
+    count_handlers(*actor, c);
     ActorRef ref = spawn_host(rank_, name, std::move(actor));
     names_[name] = ref;
+    counters_[name] = std::move(c);
     return ref;
+  }
+
+  RankInfo stats() {
+    RankInfo r;
+    r.rank = rank_;
+    r.host = host_name();
+    r.pid = static_cast<int64_t>(getpid());
+    for (const auto& [name, c] : counters_) r.actors.push_back(c->info(name));
+    r.collectives = comm::collective_stats();
+    return r;
   }
 
   int rank_;
   std::map<std::string, ActorRef> names_;
+  std::map<std::string, std::shared_ptr<Counters>> counters_;
 };
 
 }  // namespace

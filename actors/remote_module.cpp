@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include <troupe/actors/actor.h>
+#include <troupe/actors/introspect.h>
 #include <troupe/nn/registry.h>
 #include <troupe/optim/adam.h>
 #include <troupe/optim/adamw.h>
@@ -154,6 +155,9 @@ class ModuleHost : public Actor {
  public:
   ModuleHost(nn::ModulePtr root) : root_(std::move(root)) {
     use_own_thread();  // its handlers wait on nested hosts (a hosted module that holds proxies)
+    std::vector<std::string> paths;  // what actors::inspect shows of this host
+    for (const auto& [path, m] : root_->named_modules()) paths.push_back((path.empty() ? "(root)" : path) + " (" + m->name() + ")");
+    detail::note_hosted_modules(this, std::move(paths));
     handle_list("fwd", [this](const List& a) { return forward(a); });
     handle("bwd", [this](int64_t key, List grads) { return backward(key, grads); });
     handle("rel", [this](int64_t key) { recorded_.erase(key); });

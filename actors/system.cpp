@@ -617,6 +617,7 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       world->broadcast(s, 0);
       secret.assign(static_cast<const char*>(s.data_ptr()), 32);
     }
+    auth::set_job_secret(secret);  // the dashboard's token derives from it (launch/dashboard.h)
     // Loopback when every rank is on this host; across hosts every interface, behind the gate.
     auto hosts = all_gather_text(world, host_name());
     const bool one_host = std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });

@@ -5,6 +5,7 @@
 
 #include <troupe/comm/local.h>
 #include <troupe/comm/process_group.h>
+#include <troupe/comm/stats.h>
 #ifdef TROUPE_HAVE_MPI
 #include <troupe/comm/mpi.h>
 #endif

@@ -3,10 +3,24 @@
 #include "process_group.h"
 
 #include <troupe/comm/checks.h>
+#include <troupe/comm/stats_internal.h>
 
 #include <mutex>
 
 namespace troupe::comm {
+
+namespace {
+int64_t nbytes(const Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+int64_t nbytes(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts) n += nbytes(t);
+  return n;
+}
+}  // namespace
+
+WorkPtr ProcessGroup::counted(int op, int64_t bytes, WorkPtr work) {
+  return detail::count_op(*counters_, *this, op, bytes, std::move(work));
+}
 
 // ---- the front: checks in the order the backends made them, then the transport. Each `at` builds the
 // error prefix only when a check fails.
@@ -39,14 +53,14 @@ WorkPtr ProcessGroup::all_reduce_async(Tensor& tensor, ReduceOp op) {
   const char* fn = "all_reduce";
   check_tensor(fn, "tensor", tensor);
   detail::check_reduce([&] { return where(fn); }, op, tensor.dtype());
-  return do_all_reduce(tensor, op);
+  return counted(0, nbytes(tensor), do_all_reduce(tensor, op));
 }
 
 WorkPtr ProcessGroup::broadcast_async(Tensor& tensor, int src) {
   const char* fn = "broadcast";
   check_tensor(fn, "tensor", tensor);
   detail::check_rank([&] { return where(fn); }, "src", src, size());
-  return do_broadcast(tensor, src);
+  return counted(1, nbytes(tensor), do_broadcast(tensor, src));
 }
 
 WorkPtr ProcessGroup::all_gather_into_tensor_async(Tensor& output, const Tensor& input) {
@@ -56,14 +70,14 @@ WorkPtr ProcessGroup::all_gather_into_tensor_async(Tensor& output, const Tensor&
   check_tensor(fn, "output", output);
   detail::check_same_dtype(at, "output", output, input);
   detail::check_gather_sizes(at, output, input, size());
-  return do_all_gather_into_tensor(output, input);
+  return counted(2, nbytes(input), do_all_gather_into_tensor(output, input));
 }
 
 WorkPtr ProcessGroup::all_gather_async(std::vector<Tensor>& outputs, const Tensor& input) {
   const char* fn = "all_gather";
   check_tensor(fn, "input", input);
   check_list(fn, "outputs", outputs, input);
-  return do_all_gather(outputs, input);
+  return counted(3, nbytes(input), do_all_gather(outputs, input));
 }
 
 WorkPtr ProcessGroup::reduce_scatter_tensor_async(Tensor& output, const Tensor& input, ReduceOp op) {
@@ -74,7 +88,7 @@ WorkPtr ProcessGroup::reduce_scatter_tensor_async(Tensor& output, const Tensor& 
   detail::check_same_dtype(at, "output", output, input);
   detail::check_reduce(at, op, input.dtype());
   detail::check_scatter_sizes(at, output, input, size());
-  return do_reduce_scatter_tensor(output, input, op);
+  return counted(4, nbytes(input), do_reduce_scatter_tensor(output, input, op));
 }
 
 WorkPtr ProcessGroup::reduce_scatter_async(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
@@ -82,7 +96,7 @@ WorkPtr ProcessGroup::reduce_scatter_async(Tensor& output, const std::vector<Ten
   check_tensor(fn, "output", output);
   check_list(fn, "inputs", inputs, output);
   detail::check_reduce([&] { return where(fn); }, op, output.dtype());
-  return do_reduce_scatter(output, inputs, op);
+  return counted(5, nbytes(inputs), do_reduce_scatter(output, inputs, op));
 }
 
 WorkPtr ProcessGroup::all_to_all_async(Tensor& output, const Tensor& input) {
@@ -92,22 +106,22 @@ WorkPtr ProcessGroup::all_to_all_async(Tensor& output, const Tensor& input) {
   check_tensor(fn, "output", output);
   detail::check_same_dtype(at, "output", output, input);
   detail::check_all_to_all_sizes(at, output, input, size());
-  return do_all_to_all(output, input);
+  return counted(6, nbytes(input), do_all_to_all(output, input));
 }
 
 WorkPtr ProcessGroup::send_async(const Tensor& tensor, int dst, int tag) {
   check_tensor("send", "tensor", tensor);
   check_peer("send", "dst", dst, tag);
-  return do_send(tensor, dst, tag);
+  return counted(7, nbytes(tensor), do_send(tensor, dst, tag));
 }
 
 WorkPtr ProcessGroup::recv_async(Tensor& tensor, int src, int tag) {
   check_tensor("recv", "tensor", tensor);
   check_peer("recv", "src", src, tag);
-  return do_recv(tensor, src, tag);
+  return counted(8, nbytes(tensor), do_recv(tensor, src, tag));
 }
 
-WorkPtr ProcessGroup::barrier_async() { return do_barrier(); }
+WorkPtr ProcessGroup::barrier_async() { return counted(9, 0, do_barrier()); }
 
 ProcessGroupPtr ProcessGroup::new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) {
   auto g = detail::new_group_split(where("new_group"), ranks, rank(), size());

@@ -29,6 +29,11 @@
 
 namespace troupe::comm {
 
+namespace detail {
+struct GroupCounters;  // comm/stats.cpp: the group's collective counters (comm/stats.h)
+std::shared_ptr<GroupCounters> new_group_counters();
+}  // namespace detail
+
 /// torch.distributed.ReduceOp.
 enum class ReduceOp { SUM, AVG, PRODUCT, MIN, MAX };
 /// "SUM", "AVG", ...
@@ -202,7 +207,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     int max_tag = 2147483647;
   };
   /// A backend's group with its traits.
-  explicit ProcessGroup(Traits traits) : traits_(traits) {}
+  explicit ProcessGroup(Traits traits) : traits_(traits), counters_(detail::new_group_counters()) {}
 
   /// "[fn] group 'world' (mpi, rank 1 of 2)": the prefix of the front's errors.
   std::string where(const char* fn) const;
@@ -239,8 +244,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void check_tensor(const char* fn, const char* what, const Tensor& t) const;
   void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* fn, const char* what, int peer, int tag) const;
+  /// Counts op `op` (comm/stats.h) and wraps its Work to time it.
+  WorkPtr counted(int op, int64_t bytes, WorkPtr work);
 
   Traits traits_;
+  std::shared_ptr<detail::GroupCounters> counters_;
 };
 
 /// The world group: the calling thread's own (set_thread_world; run_local) if any, else the one

@@ -7,9 +7,10 @@
 //
 //   ddp_digits --ranks 2                 # 2 ranks as threads of this process (local backend)
 //   mpirun -np 2 ddp_digits              # 2 processes (mpi backend): the same numbers
+//   ddp_digits --ranks 2 --dashboard 8080   # and the live page (launch/dashboard.h) at the URL it prints
 //
-// Usage: ddp_digits [--ranks N] [--model mlp|conv] [--epochs N] [--batch-size B (per rank)] [--lr LR]
-//                   [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]
+// Usage: ddp_digits [--ranks N] [--dashboard PORT] [--model mlp|conv] [--epochs N] [--batch-size B (per rank)]
+//                   [--lr LR] [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]
 // --metrics: the log directory (default runs/ddp_digits_<model>), see train_digits.
 #include <troupe/troupe.h>
 
@@ -41,8 +42,9 @@ struct Config {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "ddp_digits: %s\nusage: ddp_digits [--ranks N] [--model mlp|conv] [--epochs N] [--batch-size B]\n"
-               "                  [--lr LR] [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]\n",
+               "ddp_digits: %s\nusage: ddp_digits [--ranks N] [--dashboard PORT] [--model mlp|conv] [--epochs N]\n"
+               "                  [--batch-size B] [--lr LR] [--seed S] [--data PATH] [--min-accuracy A]\n"
+               "                  [--metrics DIR|none]\n",
                why);
   std::exit(2);
 }
@@ -55,8 +57,8 @@ Config parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + a).c_str());
       return argv[++i];
     };
-    if (a == "--ranks") value();  // launch::run's
-    else if (a.rfind("--ranks=", 0) == 0) continue;
+    if (a == "--ranks" || a == "--dashboard") value();  // launch::run's
+    else if (a.rfind("--ranks=", 0) == 0 || a.rfind("--dashboard=", 0) == 0) continue;
     else if (a == "--model") c.model = value();
     else if (a == "--epochs") c.epochs = std::atoi(value().c_str());
     else if (a == "--batch-size") c.batch_size = std::atoll(value().c_str());
@@ -118,6 +120,9 @@ int train(const Config& cfg, launch::Context& ctx) {
     model = cfg.model == "mlp" ? digits::make_mlp() : digits::make_conv_net();
   }
   auto ddp = std::make_shared<parallel::DistributedDataParallel>(model, ctx.world);
+#ifdef TROUPE_HAVE_DASHBOARD
+  launch::watch_model("ddp_digits " + cfg.model, ddp);  // the live page's parameter placement (rank 0's)
+#endif
   optim::SGD optimizer(ddp->parameters(), optim::SGDOptions(cfg.lr).momentum(0.9).weight_decay(1e-4));
   optim::CosineAnnealingLR scheduler(optimizer, /*T_max=*/cfg.epochs);
   nn::CrossEntropyLoss loss_fn;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -22,6 +23,9 @@
 #endif
 #ifdef TROUPE_HAVE_ACTORS
 #include <troupe/actors/runtime.h>
+#endif
+#ifdef TROUPE_HAVE_DASHBOARD
+#include <troupe/launch/dashboard.h>
 #endif
 
 namespace troupe::launch {
@@ -121,6 +125,71 @@ int take_ranks_flag(int& argc, char** argv) {
   return ranks;
 }
 
+/// --dashboard's value when given (take_dashboard_flag takes it out of argv).
+std::optional<std::string> g_dashboard_flag;
+
+/// Takes --dashboard V / --dashboard=V out of argv (in place) into g_dashboard_flag, checking V.
+void take_dashboard_flag(int& argc, char** argv) {
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--dashboard") == 0) {
+      if (i + 1 >= argc) throw std::invalid_argument("[launch] --dashboard needs a value (PORT or ADDR:PORT)");
+      g_dashboard_flag = argv[++i];
+    } else if (std::strncmp(a, "--dashboard=", 12) == 0) {
+      g_dashboard_flag = a + 12;
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+#ifdef TROUPE_HAVE_DASHBOARD
+    (void)parse_dashboard_option(*g_dashboard_flag);  // a bad value fails here, on every rank alike
+#else
+    throw std::invalid_argument("[launch] --dashboard: troupe was built without the dashboard (it needs CAF and "
+                                "cpp-httplib: apt-get install libcaf-dev libcpp-httplib-dev, then rebuild)");
+#endif
+  }
+  if (out < argc) argv[out] = nullptr;
+  argc = out;
+}
+
+#ifdef TROUPE_HAVE_DASHBOARD
+std::unique_ptr<Dashboard> g_dashboard;
+
+/// Starts the dashboard (on the launching rank) and prints its address; nothing without --dashboard.
+std::unique_ptr<Dashboard> start_dashboard(DashboardSource source) {
+  if (!g_dashboard_flag) return nullptr;
+  auto d = std::make_unique<Dashboard>(parse_dashboard_option(*g_dashboard_flag), std::move(source));
+  std::printf("[troupe] dashboard %s\n", d->url().c_str());
+  std::fflush(stdout);
+  return d;
+}
+
+/// start_dashboard on rank 0 of `world`; its error, if any, is thrown on every rank (a broadcast), so
+/// no rank waits for one that gave up.
+std::unique_ptr<Dashboard> start_dashboard_collective(const Context& c) {
+  if (!g_dashboard_flag) return nullptr;
+  std::unique_ptr<Dashboard> d;
+  std::string error;
+  if (c.rank == 0) {
+    try {
+      d = start_dashboard(DashboardSource{c.size, c.backend, c.host, c.actor_runtime});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (c.size > 1) {
+    constexpr int64_t n = 512;
+    Tensor msg = zeros({n}, TensorOptions().dtype(kByte));
+    std::memcpy(msg.data_ptr(), error.data(), std::min<size_t>(error.size(), n - 1));
+    c.world->broadcast(msg, 0);
+    error = static_cast<const char*>(msg.data_ptr());
+  }
+  if (!error.empty()) throw std::runtime_error(error);
+  return d;
+}
+#endif
+
 }  // namespace
 
 actors::Runtime& Context::actors() const {
@@ -183,6 +252,22 @@ Context init(int& argc, char**& argv) {
     c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);
   }
 #endif
+#ifdef TROUPE_HAVE_DASHBOARD
+  take_dashboard_flag(argc, argv);
+  try {
+    g_dashboard = start_dashboard_collective(c);
+  } catch (...) {  // every rank throws it: leave as if never started
+    c.actor_runtime.reset();
+    actors::stop();
+    comm::set_world(nullptr);
+    c.gpu_world.reset();
+    c.world.reset();
+#ifdef TROUPE_HAVE_MPI
+    if (g_uses_mpi) comm::mpi_finalize();
+#endif
+    throw;
+  }
+#endif
   g_ctx = c;
   g_inited = true;
 #ifdef TROUPE_HAVE_ACTORS
@@ -204,6 +289,9 @@ void finalize() {
       std::fprintf(stderr, "[troupe] rank %d: launch::finalize: barrier failed: %s\n", g_ctx.rank, e.what());
     }
   }
+#ifdef TROUPE_HAVE_DASHBOARD
+  g_dashboard.reset();  // it asks the actors; stops before them
+#endif
   g_ctx.actor_runtime.reset();
 #ifdef TROUPE_HAVE_ACTORS
   actors::stop();  // after the barrier: no rank still talks to the others
@@ -218,6 +306,8 @@ void finalize() {
 
 int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
   int ranks = take_ranks_flag(argc, argv);
+  g_dashboard_flag.reset();  // this run's flag only
+  take_dashboard_flag(argc, argv);
   if (under_mpirun() || ranks == 0) {
     if (ranks > 0 && ranks != env_int("OMPI_COMM_WORLD_SIZE", ranks)) {
       throw std::invalid_argument("[launch::run] --ranks " + std::to_string(ranks) + " under mpirun -np " +
@@ -238,6 +328,10 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
 #ifdef TROUPE_HAVE_ACTORS
   std::vector<std::shared_ptr<actors::Runtime>> runtimes;
   if (actors_wanted()) runtimes = actors::start_local(ranks);
+#endif
+#ifdef TROUPE_HAVE_DASHBOARD
+  // Destroyed before stop_actors runs: it asks rank 0's runtime.
+  auto dash = start_dashboard(DashboardSource{ranks, "local", host, runtimes.empty() ? nullptr : runtimes[0]});
 #endif
   comm::run_local(ranks, [&](comm::ProcessGroupPtr pg) {
     Context c;

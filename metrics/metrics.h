@@ -1,7 +1,8 @@
 // troupe::metrics umbrella: ProgressBar, SummaryWriter (JSON lines, CSV, TensorBoard events), the
-// record formats and the training-curve plots.
+// record formats, the training-curve plots, and LiveLog (the written scalars kept for the live page).
 #pragma once
 
+#include <troupe/metrics/live.h>
 #include <troupe/metrics/plot.h>
 #include <troupe/metrics/progress.h>
 #include <troupe/metrics/record.h>

@@ -1,6 +1,7 @@
 // SummaryWriter: files on the writing rank, records gathered over the group at flush().
 #include <troupe/metrics/summary_writer.h>
 
+#include <troupe/metrics/live.h>
 #include <troupe/metrics/tfrecord.h>
 #include <troupe/tensor/ops.h>
 
@@ -136,6 +137,7 @@ void SummaryWriter::write(const Record& r) {
   if (events_)
     put(events_, tfrecord_frame(encode_scalar_event(r.wall_time, r.step, r.tag, static_cast<float>(r.value))),
         event_path_);
+  LiveLog::instance().append(r);  // kept only while a live view (the dashboard) is on
   ++written_;
 }
 

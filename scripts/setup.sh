@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Installs the build dependencies on Debian 12 (idempotent; run as root or with sudo). python3-protobuf:
 # tests/metrics/check_tfevents.py reads TensorBoard event files with it (the test skips without it).
-#   bash scripts/setup.sh               libraries, tests
-#   bash scripts/setup.sh --with-torch  + libtorch-dev (benchmarks/demo compare against libtorch)
+# libcpp-httplib-dev serves the live page (--dashboard), libjs-chart.js draws its curves (served from
+# /usr/share/javascript/chart.js at run time); chromium only loads that page in a test (it skips without).
+#   bash scripts/setup.sh                 libraries, tests
+#   bash scripts/setup.sh --with-torch    + libtorch-dev (benchmarks/demo compare against libtorch)
+#   bash scripts/setup.sh --with-browser  + chromium (scripts/test.sh: the dashboard's browser test)
 # Does nothing (no apt-get at all) when every package is already installed.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 with_torch=0
+with_browser=0
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    --with-browser) with_browser=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -24,9 +29,13 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
   python3-protobuf
+  libcpp-httplib-dev libjs-chart.js
 )
 if [[ $with_torch == 1 ]]; then
   packages+=(libtorch-dev)
+fi
+if [[ $with_browser == 1 ]]; then
+  packages+=(chromium)
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

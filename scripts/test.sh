@@ -19,7 +19,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-bash scripts/setup.sh
+bash scripts/setup.sh --with-browser  # chromium: the dashboard's browser test
 
 jobs=$(nproc)
 

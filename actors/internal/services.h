@@ -6,6 +6,7 @@
 #include <string>
 
 #include <troupe/actors/actor.h>
+#include <troupe/actors/introspect.h>
 #include <troupe/actors/value.h>
 
 namespace troupe::actors::detail {
@@ -27,5 +28,9 @@ void set_service(int rank, const ActorRef& ref);
 std::unique_ptr<Actor> make_rank_service(int rank);
 /// The name of rank r's service actor: "troupe.rank<r>".
 std::string service_name(int rank);
+
+/// A rank's report (introspect.h) as the Value its service replies with, and back (introspect.cpp).
+Value encode_rank_info(const RankInfo& info);
+RankInfo decode_rank_info(const Value& v);
 
 }  // namespace troupe::actors::detail
