@@ -844,6 +844,29 @@ nn::RemovableHandle RemoteModule::add_legacy_backward_hook(nn::BackwardHook, con
   return add_hook("legacy_backward", name, "register_backward_hook", false, false);
 }
 
+// ---- keyed calls
+
+int64_t RemoteModule::next_key() const { return (caller_rank_ << 44) | g_next_call++; }
+
+Future<List> RemoteModule::forward_keyed(const nn::Args& args, int64_t key, const std::vector<bool>& needs) {
+  List a;
+  for (const auto& v : args) a.push_back(to_value(v));
+  return host_.request<List>("fwd", path_, std::move(a), List{}, int64_t(3), key, needs);
+}
+
+Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads) {
+  List g;
+  for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+  return host_.request<List>("bwd", key, std::move(g));
+}
+
+void RemoteModule::release_key(int64_t key) {
+  try {
+    if (running()) host_.send("rel", key);
+  } catch (const std::exception&) {
+  }
+}
+
 // ---- optimizers
 
 Future<int64_t> RemoteModule::make_optimizer(const optim::OptimizerOptions& options) {

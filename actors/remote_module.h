@@ -168,6 +168,18 @@ class RemoteModule : public nn::Module {
   nn::RemovableHandle add_backward_hook(nn::BackwardHook hook, bool prepend, const std::string& registered_name) override;
   nn::RemovableHandle add_legacy_backward_hook(nn::BackwardHook hook, const std::string& registered_name) override;
 
+  // The pieces of a recorded call, for schedulers that drive backward themselves (actors::Pipeline).
+  /// A fresh key for a recorded forward.
+  int64_t next_key() const;
+  /// Forward with grad mode on under `key`, without recording a node here: the reply is [recorded
+  /// (bool), output]; `needs` gives each input tensor's requires_grad.
+  Future<List> forward_keyed(const nn::Args& args, int64_t key, const std::vector<bool>& needs);
+  /// The host's backward of forward `key` from `grads` (one per output tensor; undefined: none), keeping
+  /// its graph; the reply lists the inputs' gradients (none where not needed).
+  Future<List> backward_keyed(int64_t key, const std::vector<Tensor>& grads);
+  /// Frees what the host kept for `key`.
+  void release_key(int64_t key);
+
   /// Asks the host to build an optimizer (by the options' class: SGD, Adam, AdamW, RMSprop) over this
   /// subtree's parameters; returns its id on the host (DistributedOptimizer uses it).
   Future<int64_t> make_optimizer(const optim::OptimizerOptions& options);
