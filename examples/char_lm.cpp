@@ -1,7 +1,8 @@
 // A character-level LSTM language model (Embedding -> 2-layer LSTM -> Linear) trained with Adam on a text
-// that ships with Debian (the GNU GPL v3), then sampled.
-//   Usage: char_lm [--steps N] [--target LOSS] [--text PATH]   (exit 1 when the last 50 steps' mean
-//   cross-entropy stays above LOSS)
+// that ships with Debian (the GNU GPL v3), then sampled. With `--ranks N` (or mpirun -np N) it trains data
+// parallel: every rank draws its own windows and DistributedDataParallel averages the gradients.
+//   Usage: char_lm [--steps N] [--target LOSS] [--text PATH] [--ranks N]   (exit 1 when the last 50
+//   steps' mean cross-entropy stays above LOSS)
 #include <troupe/troupe.h>
 
 #include <cmath>
@@ -40,10 +41,13 @@ int main(int argc, char** argv) {
     else if (a == "--target") target = std::atof(argv[i + 1]);
     else if (a == "--text") path = argv[i + 1];
   }
+  int rc = 0;
+  launch::run(argc, argv, [&](launch::Context& ctx) {
   std::ifstream in(path);
   if (!in) {
-    std::cerr << "char_lm: cannot read " << path << "\n";
-    return 2;
+    if (ctx.rank == 0) std::cerr << "char_lm: cannot read " << path << "\n";
+    rc = 2;
+    return 0;
   }
   std::stringstream ss;
   ss << in.rdbuf();
@@ -59,10 +63,16 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ids;
   for (unsigned char c : text) ids.push_back(index[c]);
   const int64_t V = static_cast<int64_t>(chars.size()), T = 64, B = 32;
-  std::printf("text %s: %zu characters, vocabulary %lld\n", path.c_str(), text.size(), static_cast<long long>(V));
+  const bool lead = ctx.rank == 0;
+  if (lead)
+    std::printf("text %s: %zu characters, vocabulary %lld; %d rank(s)\n", path.c_str(), text.size(),
+                static_cast<long long>(V), ctx.size);
 
-  manual_seed(0);
+  manual_seed(0);  // the same initial weights everywhere (DDP also broadcasts rank 0's)
   CharLM model(V, 128);
+  std::shared_ptr<parallel::DistributedDataParallel> ddp;
+  if (ctx.size > 1) ddp = std::make_shared<parallel::DistributedDataParallel>(model.ptr(), ctx.world);
+  manual_seed(1000 + ctx.rank);  // each rank its own windows
   optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
   Tensor all = tensor(ids, TensorOptions().dtype(kInt64));
   double recent = 0;
@@ -74,7 +84,7 @@ int main(int argc, char** argv) {
     for (int64_t s : starts.to_vector<int64_t>()) rows.push_back(all.narrow(0, s, T + 1));
     Tensor batch = stack(rows, 0);
     Tensor x = batch.narrow(1, 0, T), y = batch.narrow(1, 1, T);
-    Tensor logits = model(x);
+    Tensor logits = ddp ? ddp->forward(x) : model(x);
     Tensor loss = F::cross_entropy(logits.reshape({B * T, V}), y.reshape({B * T}));
     opt.zero_grad();
     loss.backward();
@@ -85,9 +95,10 @@ int main(int argc, char** argv) {
       recent += l;
       ++n_recent;
     }
-    if (step % 100 == 0 || step == 1) std::printf("step %4d  loss %.3f\n", step, l);
+    if (lead && (step % 100 == 0 || step == 1)) std::printf("step %4d  loss %.3f\n", step, l);
   }
   const double final_loss = recent / std::max(1, n_recent);
+  if (!lead) return 0;
   std::printf("mean loss of the last %d steps: %.3f (uniform guess: %.3f)\n", n_recent, final_loss,
               std::log(static_cast<double>(V)));
 
@@ -124,7 +135,9 @@ int main(int argc, char** argv) {
   }
   if (target > 0 && final_loss > target) {
     std::printf("char_lm: loss %.3f did not reach the target %.3f\n", final_loss, target);
-    return 1;
+    rc = 1;
   }
   return 0;
+  });
+  return rc;
 }
