@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <map>
+#include <cstdio>
 #include <stdexcept>
 
 #include <troupe/actors/actor.h>
@@ -23,9 +24,10 @@ std::map<std::string, swa::MultiAvgFn>& avg_fns() {
 }
 std::atomic<int64_t> g_next_averager{1};
 
+// Copies: in one process a reply passes tensors by handle, and the averager goes on updating its own.
 List pairs_of(const nn::StateDict& d) {
   List l;
-  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t)});
+  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t.detach().clone())});
   return l;
 }
 
@@ -64,6 +66,17 @@ class AveragerActor : public Actor {
       return version;
     });
     handle("applied", [this] { return applied_; });
+    // a consistent cut: the averaged model and the versions in it; and its restore
+    handle("ckpt", [this] { return List{Value(pairs_of(avg_->state_dict())), to_value(applied_)}; });
+    handle("restore", [this](Value sd, std::vector<int64_t> applied) {
+      nn::StateDict d;
+      for (const auto& e : sd.as<List>()) {
+        const List& p = e.as<List>();
+        d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).as<Tensor>());
+      }
+      avg_->load_state_dict(d);
+      applied_ = std::move(applied);
+    });
     handle("sd", [this] { return Value(pairs_of(avg_->state_dict())); });
     handle("fwd", [this](Tensor x) {
       NoGradGuard g;
@@ -105,36 +118,107 @@ void register_avg_fn(const std::string& name, optim::swa_utils::MultiAvgFn fn) {
 
 struct Averager::Queue {
   std::mutex mu;
+  ActorRef ref;
   int max_in_flight = 1;
   int64_t sent = 0;       // versions given out
   int64_t coalesced = 0;  // snapshots dropped for a newer one
+  int64_t lost = 0;       // updates that died with a failed averager
   std::vector<std::pair<int64_t, Future<int64_t>>> in_flight;
   bool has_waiting = false;
   int64_t waiting_version = 0;
   List waiting;
   std::string error;  // the first failure, thrown by flush()
-
-  // Forgets finished updates (recording a failure); true when another may be sent.
-  bool prune() {
-    for (auto it = in_flight.begin(); it != in_flight.end();) {
-      if (!it->second.ready()) {
-        ++it;
-        continue;
-      }
-      try {
-        it->second.get();
-      } catch (const std::exception& e) {
-        if (error.empty()) error = e.what();
-      }
-      it = in_flight.erase(it);
-    }
-    return static_cast<int>(in_flight.size()) < max_in_flight;
-  }
+  // supervision
+  Runtime* rt = nullptr;
+  int rank = 0;
+  std::string name;
+  List spawn_args;               // the factory's arguments, with a module spec to build from again
+  nn::ModulePtr model_template;  // in one process: a copy to hand to a restarted averager
+  int max_restarts = 0, restarts = 0;
+  int64_t checkpoint_every = 0, applied_since_ckpt = 0;
+  bool has_ckpt = false;
+  Value ckpt_state;
+  std::vector<int64_t> ckpt_applied;
+  Future<List> ckpt_pending;
 };
 
-Averager::Averager(ActorRef ref, int max_in_flight) : ref_(std::move(ref)), q_(std::make_shared<Queue>()) {
+Averager::Averager(ActorRef ref, int max_in_flight) : q_(std::make_shared<Queue>()) {
   if (max_in_flight < 1) throw ActorError("[actors] Averager: max_in_flight must be at least 1, got " + std::to_string(max_in_flight));
+  q_->ref = std::move(ref);
   q_->max_in_flight = max_in_flight;
+}
+
+ActorRef Averager::ref() const {
+  std::lock_guard<std::mutex> g(q_->mu);
+  return q_->ref;
+}
+
+// Forgets finished updates; a failure restarts the averager (supervised) or is kept for flush().
+void Averager::prune_locked(std::unique_lock<std::mutex>&) {
+  Queue& q = *q_;
+  std::string failure;
+  for (auto it = q.in_flight.begin(); it != q.in_flight.end();) {
+    if (!it->second.ready()) {
+      ++it;
+      continue;
+    }
+    try {
+      it->second.get();
+      ++q.applied_since_ckpt;
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
+      ++q.lost;
+    }
+    it = q.in_flight.erase(it);
+  }
+  if (q.ckpt_pending.valid() && q.ckpt_pending.ready()) {
+    try {
+      List c = q.ckpt_pending.get();
+      q.ckpt_state = c.at(0);
+      q.ckpt_applied = from_value<std::vector<int64_t>>(c.at(1));
+      q.has_ckpt = true;
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
+    }
+    q.ckpt_pending = {};
+  }
+  if (!failure.empty()) {
+    if (q.restarts < q.max_restarts && q.rt) {
+      restart_locked(failure);
+    } else {
+      if (q.error.empty()) q.error = failure;
+      if (q.max_restarts > 0)
+        q.error = "[actors] averager '" + q.name + "' (rank " + std::to_string(q.rank) + ") failed after " +
+                  std::to_string(q.restarts) + " restart(s) (max_restarts " + std::to_string(q.max_restarts) +
+                  "); its last failure: " + failure;
+    }
+  }
+  if (q.checkpoint_every > 0 && q.applied_since_ckpt >= q.checkpoint_every && !q.ckpt_pending.valid()) {
+    q.applied_since_ckpt = 0;
+    q.ckpt_pending = q.ref.request<List>("ckpt");  // taken without waiting, kept when it answers
+  }
+}
+
+void Averager::restart_locked(const std::string& why) {
+  Queue& q = *q_;
+  ++q.restarts;
+  // what was in flight is lost with the old actor
+  q.lost += static_cast<int64_t>(q.in_flight.size());
+  q.in_flight.clear();
+  q.ckpt_pending = {};
+  try {
+    q.ref.stop();
+  } catch (const std::exception&) {
+  }
+  List args = q.spawn_args;
+  if (q.model_template) {  // one process: hand over a fresh copy
+    args[0] = Value(detail::module_spec(*q.rt, q.model_template->clone(), q.rank, "", {}));
+  }
+  q.ref = q.rt->spawn_on_list(q.rank, q.name + ".r" + std::to_string(q.restarts), "troupe.Averager", args);
+  if (q.has_ckpt) q.ref.request<void>("restore", q.ckpt_state, q.ckpt_applied).get();
+  std::fprintf(stderr, "[actors] averager '%s' (rank %d) failed (%s); spawned again from its %s (restart %d of %d)\n",
+               q.name.c_str(), q.rank, why.c_str(), q.has_ckpt ? "last checkpoint" : "initial state (no checkpoint yet)",
+               q.restarts, q.max_restarts);
 }
 
 Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, AveragerOptions o, std::string name) {
@@ -143,19 +227,29 @@ Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, Aver
   // In one process the averager gets its own copy (the trainer keeps changing its model).
   nn::ModulePtr sent = rt.networked() ? model : model->clone();
   List spec = detail::module_spec(rt, sent, rank, o.factory, o.factory_args);
+  List args{Value(spec), Value(o.avg), Value(o.decay), Value(o.use_buffers)};
   ActorRef ref;
   try {
-    ref = rt.spawn_on_list(rank, name, "troupe.Averager", List{Value(spec), Value(o.avg), Value(o.decay), Value(o.use_buffers)});
+    ref = rt.spawn_on_list(rank, name, "troupe.Averager", args);
   } catch (...) {
     detail::drop_handoff(spec);
     throw;
   }
-  return Averager(ref, o.max_in_flight);
+  Averager a(ref, o.max_in_flight);
+  Queue& q = *a.q_;
+  q.rt = &rt;
+  q.rank = rank;
+  q.name = name;
+  q.spawn_args = args;
+  q.max_restarts = o.max_restarts;
+  q.checkpoint_every = o.checkpoint_every;
+  if (!rt.networked() && o.max_restarts > 0) q.model_template = model->clone();
+  return a;
 }
 
 void Averager::send_locked(std::unique_lock<std::mutex>&, int64_t version, List snapshot) {
   const List& s = snapshot;
-  q_->in_flight.emplace_back(version, ref_.request<int64_t>("upd", version, s[0], s[1]));
+  q_->in_flight.emplace_back(version, q_->ref.request<int64_t>("upd", version, s[0], s[1]));
 }
 
 int64_t Averager::update(const nn::Module& model) {
@@ -163,11 +257,13 @@ int64_t Averager::update(const nn::Module& model) {
   List snap = snapshot_of(model);
   std::unique_lock<std::mutex> lock(q_->mu);
   const int64_t version = ++q_->sent;
-  if (q_->prune() && q_->has_waiting) {
+  prune_locked(lock);
+  auto room = [&] { return static_cast<int>(q_->in_flight.size()) < q_->max_in_flight; };
+  if (room() && q_->has_waiting) {
     q_->has_waiting = false;
     send_locked(lock, q_->waiting_version, std::move(q_->waiting));
   }
-  if (q_->prune()) {
+  if (room()) {
     send_locked(lock, version, std::move(snap));
   } else {
     if (q_->has_waiting) ++q_->coalesced;
@@ -183,8 +279,9 @@ void Averager::flush() {
   std::unique_lock<std::mutex> lock(q_->mu);
   while (true) {
     for (auto& vf : q_->in_flight) vf.second.wait_for(default_timeout());  // never past the request's deadline
-    q_->prune();
-    if (!q_->in_flight.empty()) continue;  // still travelling (wait_for returned at the deadline: prune fails them)
+    if (q_->ckpt_pending.valid()) q_->ckpt_pending.wait_for(default_timeout());
+    prune_locked(lock);
+    if (!q_->in_flight.empty()) continue;  // a restart's re-sent work, or still travelling
     if (!q_->has_waiting) break;
     q_->has_waiting = false;
     send_locked(lock, q_->waiting_version, std::move(q_->waiting));
@@ -196,6 +293,25 @@ void Averager::flush() {
   }
 }
 
+void Averager::checkpoint() {
+  flush();
+  std::unique_lock<std::mutex> lock(q_->mu);
+  List c = q_->ref.request<List>("ckpt").get();
+  q_->ckpt_state = c.at(0);
+  q_->ckpt_applied = from_value<std::vector<int64_t>>(c.at(1));
+  q_->has_ckpt = true;
+  q_->applied_since_ckpt = 0;
+}
+
+int64_t Averager::lost() const {
+  std::lock_guard<std::mutex> g(q_->mu);
+  return q_->lost;
+}
+int Averager::restarts() const {
+  std::lock_guard<std::mutex> g(q_->mu);
+  return q_->restarts;
+}
+
 int64_t Averager::versions_sent() const {
   std::lock_guard<std::mutex> g(q_->mu);
   return q_->sent;
@@ -204,11 +320,11 @@ int64_t Averager::coalesced() const {
   std::lock_guard<std::mutex> g(q_->mu);
   return q_->coalesced;
 }
-std::vector<int64_t> Averager::applied_versions() { return ref_.request<std::vector<int64_t>>("applied").get(); }
+std::vector<int64_t> Averager::applied_versions() { return ref().request<std::vector<int64_t>>("applied").get(); }
 
 nn::StateDict Averager::state_dict() const {
   nn::StateDict out;
-  for (const auto& e : ref_.request<List>("sd").get()) {
+  for (const auto& e : ref().request<List>("sd").get()) {
     const List& p = e.as<List>();
     out.insert_or_assign(p.at(0).as<std::string>(), p.at(1).as<Tensor>());
   }
@@ -223,8 +339,8 @@ void Averager::load_into(nn::Module& model) const {
   model.load_state_dict(mine);
 }
 
-Tensor Averager::forward(const Tensor& x) const { return ref_.request<Tensor>("fwd", x).get(); }
-void Averager::train(bool mode) const { ref_.request<void>("train", mode).get(); }
-void Averager::update_bn(const std::vector<Tensor>& batches) const { ref_.request<void>("bn", batches).get(); }
+Tensor Averager::forward(const Tensor& x) const { return ref().request<Tensor>("fwd", x).get(); }
+void Averager::train(bool mode) const { ref().request<void>("train", mode).get(); }
+void Averager::update_bn(const std::vector<Tensor>& batches) const { ref().request<void>("bn", batches).get(); }
 
 }  // namespace troupe::actors

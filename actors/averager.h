@@ -41,6 +41,12 @@ struct AveragerOptions {
   /// model's class name) and its arguments; in one process the model is cloned there.
   std::string factory;
   List factory_args;
+  /// Supervision: an averager whose actor fails (stopped, its process gone) is spawned again on its
+  /// rank from the last checkpoint() up to this many times; the updates in flight then are lost (counted
+  /// by lost()). 0: a failure is reported by flush().
+  int max_restarts = 0;
+  /// Take a checkpoint (without waiting) after every this many applied updates (0: only checkpoint()).
+  int64_t checkpoint_every = 0;
 
   AveragerOptions& ema(double d) {
     avg = "ema";
@@ -86,6 +92,12 @@ class Averager {
   int64_t versions_sent() const;
   std::vector<int64_t> applied_versions();
   int64_t coalesced() const;
+  /// Updates lost with a failed averager, and how many times it was spawned again.
+  int64_t lost() const;
+  int restarts() const;
+  /// Waits for the updates in flight and keeps the averager's state (its AveragedModel and the versions
+  /// it applied): a consistent cut that a restart resumes from.
+  void checkpoint();
 
   /// The AveragedModel's state_dict ("n_averaged", "module.<name>").
   nn::StateDict state_dict() const;
@@ -97,13 +109,14 @@ class Averager {
   void train(bool mode = true) const;
   /// update_bn over `batches` (inputs), run by the averager.
   void update_bn(const std::vector<Tensor>& batches) const;
-  /// The actor.
-  const ActorRef& ref() const { return ref_; }
+  /// The actor (the current one, after a restart).
+  ActorRef ref() const;
 
  private:
   struct Queue;
   void send_locked(std::unique_lock<std::mutex>& lock, int64_t version, List snapshot);
-  ActorRef ref_;
+  void prune_locked(std::unique_lock<std::mutex>& lock);
+  void restart_locked(const std::string& why);
   std::shared_ptr<Queue> q_;
 };
 

@@ -148,3 +148,51 @@ TEST(Averager, ForwardLoadIntoUpdateBnAndErrors) {
     ctx.world->barrier();
   });
 }
+
+TEST(Averager, AStoppedAveragerComesBackFromItsCheckpoint) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto model = small_model();
+      AveragerOptions o;
+      o.ema(0.8).in_flight(1).max_restarts = 1;
+      Averager av = Averager::spawn(ctx.actors(), 1, model.ptr(), o, "sup");
+      std::map<int64_t, nn::StateDict> sent;
+      auto step = [&](int i) {
+        perturb(*model, i);
+        int64_t v = av.update(*model);
+        NoGradGuard g;
+        nn::StateDict snap;
+        for (const auto& [k, t] : model->state_dict()) snap.insert_or_assign(k, t.clone());
+        sent[v] = snap;
+      };
+      for (int i = 0; i < 6; ++i) step(i);
+      av.checkpoint();  // versions 1..6 (or the ones not coalesced)
+      const auto at_ckpt = av.applied_versions();
+      for (int i = 6; i < 9; ++i) step(i);
+      av.flush();
+      av.ref().stop();  // the averager dies: versions 7..9 are gone with it
+      for (int i = 9; i < 14; ++i) step(i);
+      av.flush();
+      EXPECT_EQ(av.restarts(), 1);
+      auto applied = av.applied_versions();
+      // the restored cut, then only versions sent after the failure
+      ASSERT_GE(applied.size(), at_ckpt.size());
+      EXPECT_TRUE(std::equal(at_ckpt.begin(), at_ckpt.end(), applied.begin()));
+      for (size_t i = at_ckpt.size(); i < applied.size(); ++i) EXPECT_GE(applied[i], 10);
+      // equal to the in-process AveragedModel fed exactly the applied snapshots
+      auto replay = small_model();
+      swa::AveragedModel local(replay.ptr(), std::nullopt, nullptr, swa::get_ema_multi_avg_fn(0.8));
+      for (int64_t v : applied) {
+        replay->load_state_dict(sent[v]);
+        local.update_parameters(*replay);
+      }
+      expect_equal(local.state_dict(), av.state_dict());
+      // a second failure is past max_restarts: flush reports it, naming the averager
+      av.ref().stop();
+      step(20);
+      std::string e = error_of([&] { av.flush(); });
+      EXPECT_TRUE(contains(e, "averager 'sup' (rank 1) failed after 1 restart(s)")) << e;
+    }
+    ctx.world->barrier();
+  });
+}
