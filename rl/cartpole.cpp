@@ -43,7 +43,8 @@ void set_reset_flags(TensorDict& out, const std::optional<TensorDict>& td, const
     Tensor flag = empty({n, 1}, TensorOptions().dtype(kBool));
     bool* f = flag.data_ptr<bool>();
     if (td && td->contains(*key)) {
-      Tensor old = td->get(*key).to(kBool).reshape({n, 1}).contiguous();
+      Tensor old = td->get(*key);
+      if (old.dtype() != kBool || !old.is_contiguous() || old.numel() != n) old = old.to(kBool).reshape({n, 1}).contiguous();
       const bool* o = old.data_ptr<bool>();
       for (int64_t i = 0; i < n; ++i) f[i] = rows[static_cast<size_t>(i)] ? false : o[i];
     } else {

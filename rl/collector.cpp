@@ -2,6 +2,7 @@
 #include <troupe/rl/collector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,30 @@ const Key& key_next_reward() { static const Key k("next.reward"); return k; }
 const Key& key_next_done() { static const Key k("next.done"); return k; }
 const Key& key_next_truncated() { static const Key k("next.truncated"); return k; }
 const Key& key_reset() { static const Key k("_reset"); return k; }
+
+// q.argmax(-1); for a contiguous float32 [N, A] on the CPU (the usual Q-network output) one pass
+// without the reduction machinery, with argmax's rules: the first maximum, a NaN counts as the maximum.
+Tensor greedy_actions(const Tensor& q) {
+  if (q.dim() != 2 || q.dtype() != kFloat32 || !q.is_contiguous() || !q.is_cpu() || q.size(1) == 0) return q.argmax(-1);
+  const int64_t n = q.size(0), a = q.size(1);
+  Tensor out = empty({n}, TensorOptions().dtype(kInt64));
+  const float* v = q.data_ptr<float>();
+  int64_t* o = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i, v += a) {
+    int64_t best = 0;
+    if (!std::isnan(v[0]))
+      for (int64_t j = 1; j < a; ++j) {
+        if (std::isnan(v[j])) {
+          best = j;
+          break;
+        }
+        if (v[j] > v[best]) best = j;
+      }
+    o[i] = best;
+  }
+  return out;
+}
+
 }  // namespace
 
 Policy QValuePolicy(nn::ModulePtr net) {
@@ -29,7 +54,7 @@ Policy QValuePolicy(nn::ModulePtr net) {
     NoGradGuard no_grad;
     Tensor q = (*net)(td.get(key_observation()));
     td.set(key_action_value(), q);
-    td.set(key_action(), q.argmax(-1));
+    td.set(key_action(), greedy_actions(q));
     return td;
   };
 }
