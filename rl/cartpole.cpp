@@ -1,6 +1,7 @@
 // CartPole-v1 and Pendulum-v1 (rl/cartpole.h): Gymnasium's equations in float64, one loop over copies.
 #include <troupe/rl/cartpole.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,10 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+// Keys used every step, parsed once.
+const Key kObservation("observation"), kAction("action"), kReward("reward"), kDone("done"), kTerminated("terminated"),
+    kTruncated("truncated"), kNext("next"), kResetKey("_reset");
+
 // A uniform double in [lo, hi) from 53 random bits.
 double uniform(Generator& g, double lo, double hi) {
   const double u = static_cast<double>(g.random64() >> 11) * 0x1.0p-53;
@@ -22,8 +27,8 @@ double uniform(Generator& g, double lo, double hi) {
 // Which copies to reset: all, or those marked by td["_reset"].
 std::vector<bool> reset_rows(const std::optional<TensorDict>& td, int64_t n, const char* env) {
   std::vector<bool> rows(static_cast<size_t>(n), true);
-  if (!td || !td->contains("_reset")) return rows;
-  Tensor mask = td->get("_reset").to(kBool).contiguous();
+  if (!td || !td->contains(kResetKey)) return rows;
+  Tensor mask = td->get(kResetKey).to(kBool).contiguous();
   if (mask.numel() != n)
     throw std::invalid_argument(std::string("[") + env + ".reset] _reset has " + std::to_string(mask.numel()) +
                                 " entries for " + std::to_string(n) + " copies");
@@ -34,15 +39,18 @@ std::vector<bool> reset_rows(const std::optional<TensorDict>& td, int64_t n, con
 
 // done / terminated / truncated for a reset: false for the reset copies, what td holds for the others.
 void set_reset_flags(TensorDict& out, const std::optional<TensorDict>& td, const std::vector<bool>& rows, int64_t n) {
-  for (const char* key : {"done", "terminated", "truncated"}) {
-    Tensor flag = zeros({n, 1}, TensorOptions().dtype(kBool));
-    if (td && td->contains(key)) {
-      Tensor old = td->get(key).to(kBool).reshape({n, 1}).contiguous();
+  for (const Key* key : {&kDone, &kTerminated, &kTruncated}) {
+    Tensor flag = empty({n, 1}, TensorOptions().dtype(kBool));
+    bool* f = flag.data_ptr<bool>();
+    if (td && td->contains(*key)) {
+      Tensor old = td->get(*key);
+      if (old.dtype() != kBool || !old.is_contiguous() || old.numel() != n) old = old.to(kBool).reshape({n, 1}).contiguous();
       const bool* o = old.data_ptr<bool>();
-      bool* f = flag.data_ptr<bool>();
       for (int64_t i = 0; i < n; ++i) f[i] = rows[static_cast<size_t>(i)] ? false : o[i];
+    } else {
+      std::fill(f, f + n, false);
     }
-    out.set(key, flag);
+    out.set(*key, flag);
   }
 }
 
@@ -94,14 +102,14 @@ TensorDict CartPoleEnv::reset(const std::optional<TensorDict>& td) {
     for (int j = 0; j < 4; ++j) o[4 * i + j] = static_cast<float>(s[j]);
   }
   TensorDict out({n_});
-  out.set("observation", obs);
+  out.set(kObservation, obs);
   set_reset_flags(out, td, rows, n_);
   return out;
 }
 
 TensorDict CartPoleEnv::step(const TensorDict& td) {
-  if (!td.contains("action")) throw std::invalid_argument("[CartPoleEnv.step] the TensorDict has no 'action'");
-  Tensor action = td.get("action");
+  if (!td.contains(kAction)) throw std::invalid_argument("[CartPoleEnv.step] the TensorDict has no 'action'");
+  Tensor action = td.get(kAction);
   if (action.dim() == 2 && action.size(1) == 2) action = action.argmax(1);  // one-hot
   action = action.to(kInt64).reshape({-1}).contiguous();
   if (action.numel() != n_)
@@ -149,12 +157,12 @@ TensorDict CartPoleEnv::step(const TensorDict& td) {
   }
   TensorDict out = td;
   TensorDict next({n_});
-  next.set("observation", obs);
-  next.set("reward", reward);
-  next.set("done", done);
-  next.set("terminated", terminated);
-  next.set("truncated", truncated);
-  out.set("next", next);
+  next.set(kObservation, obs);
+  next.set(kReward, reward);
+  next.set(kDone, done);
+  next.set(kTerminated, terminated);
+  next.set(kTruncated, truncated);
+  out.set(kNext, std::move(next));
   return out;
 }
 
@@ -211,14 +219,14 @@ TensorDict PendulumEnv::reset(const std::optional<TensorDict>& td) {
     pendulum_obs(s, o + 3 * i);
   }
   TensorDict out({n_});
-  out.set("observation", obs);
+  out.set(kObservation, obs);
   set_reset_flags(out, td, rows, n_);
   return out;
 }
 
 TensorDict PendulumEnv::step(const TensorDict& td) {
-  if (!td.contains("action")) throw std::invalid_argument("[PendulumEnv.step] the TensorDict has no 'action'");
-  Tensor action = td.get("action").to(kFloat64).reshape({-1}).contiguous();
+  if (!td.contains(kAction)) throw std::invalid_argument("[PendulumEnv.step] the TensorDict has no 'action'");
+  Tensor action = td.get(kAction).to(kFloat64).reshape({-1}).contiguous();
   if (action.numel() != n_)
     throw std::invalid_argument("[PendulumEnv.step] action has " + std::to_string(action.numel()) + " entries for " +
                                 std::to_string(n_) + " copies");
@@ -249,12 +257,12 @@ TensorDict PendulumEnv::step(const TensorDict& td) {
   }
   TensorDict out = td;
   TensorDict next({n_});
-  next.set("observation", obs);
-  next.set("reward", reward);
-  next.set("done", truncated.clone());
-  next.set("terminated", terminated);
-  next.set("truncated", truncated);
-  out.set("next", next);
+  next.set(kObservation, obs);
+  next.set(kReward, reward);
+  next.set(kDone, truncated.clone());
+  next.set(kTerminated, terminated);
+  next.set(kTruncated, truncated);
+  out.set(kNext, std::move(next));
   return out;
 }
 

@@ -2,6 +2,7 @@
 #include <troupe/rl/collector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -11,13 +12,49 @@
 
 namespace troupe::rl {
 
+namespace {
+// Keys used every step, parsed once.
+const Key& key_observation() { static const Key k("observation"); return k; }
+const Key& key_action() { static const Key k("action"); return k; }
+const Key& key_action_value() { static const Key k("action_value"); return k; }
+const Key& key_traj_ids() { static const Key k("collector.traj_ids"); return k; }
+const Key& key_next_reward() { static const Key k("next.reward"); return k; }
+const Key& key_next_done() { static const Key k("next.done"); return k; }
+const Key& key_next_truncated() { static const Key k("next.truncated"); return k; }
+const Key& key_reset() { static const Key k("_reset"); return k; }
+
+// q.argmax(-1); for a contiguous float32 [N, A] on the CPU (the usual Q-network output) one pass
+// without the reduction machinery, with argmax's rules: the first maximum, a NaN counts as the maximum.
+Tensor greedy_actions(const Tensor& q) {
+  if (q.dim() != 2 || q.dtype() != kFloat32 || !q.is_contiguous() || !q.is_cpu() || q.size(1) == 0) return q.argmax(-1);
+  const int64_t n = q.size(0), a = q.size(1);
+  Tensor out = empty({n}, TensorOptions().dtype(kInt64));
+  const float* v = q.data_ptr<float>();
+  int64_t* o = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i, v += a) {
+    int64_t best = 0;
+    if (!std::isnan(v[0]))
+      for (int64_t j = 1; j < a; ++j) {
+        if (std::isnan(v[j])) {
+          best = j;
+          break;
+        }
+        if (v[j] > v[best]) best = j;
+      }
+    o[i] = best;
+  }
+  return out;
+}
+
+}  // namespace
+
 Policy QValuePolicy(nn::ModulePtr net) {
   if (!net) throw std::invalid_argument("[QValuePolicy] no network");
   return [net](TensorDict td) {
     NoGradGuard no_grad;
-    Tensor q = (*net)(td.get("observation"));
-    td.set("action_value", q);
-    td.set("action", q.argmax(-1));
+    Tensor q = (*net)(td.get(key_observation()));
+    td.set(key_action_value(), q);
+    td.set(key_action(), greedy_actions(q));
     return td;
   };
 }
@@ -51,7 +88,7 @@ void EGreedy::step(int64_t frames) { state_->steps += frames; }
 
 TensorDict EGreedy::operator()(TensorDict td) {
   td = state_->policy(std::move(td));
-  Tensor greedy = td.get("action");
+  Tensor greedy = td.get(key_action());
   Tensor random = state_->env->rand_action().to(greedy.dtype()).reshape(greedy.sizes().vec());
   const int64_t n = greedy.size(0);
   Tensor explore = empty({n}, TensorOptions().dtype(kBool));
@@ -60,7 +97,7 @@ TensorDict EGreedy::operator()(TensorDict td) {
   for (int64_t i = 0; i < n; ++i) e[i] = static_cast<double>(state_->gen.random64() >> 11) * 0x1.0p-53 < p;
   std::vector<int64_t> shape(static_cast<size_t>(greedy.dim()), 1);
   shape[0] = n;
-  td.set("action", where(explore.reshape(shape), random, greedy));
+  td.set(key_action(), where(explore.reshape(shape), random, greedy));
   return td;
 }
 
@@ -111,42 +148,50 @@ std::optional<TensorDict> SyncDataCollector::next() {
   frames.reserve(static_cast<size_t>(T_));
   for (int64_t t = 0; t < T_; ++t) {
     TensorDict td = *root_;
-    td.set("collector.traj_ids", traj_ids_.clone());
+    td.set(key_traj_ids(), traj_ids_.clone());
     if (frames_ < options_.init_random_frames()) {
       // the policy still runs, so that every frame has its keys (action_value, ...), then the action
       // is replaced by a random one
       if (random_frames_keep_keys_) td = policy_(std::move(td));
-      td.set("action", env_->rand_action());
+      td.set(key_action(), env_->rand_action());
     } else {
       td = policy_(std::move(td));
     }
     TensorDict full = env_->step(td);
     traj_steps_.add_(1);
     if (options_.max_frames_per_traj() > 0) {
-      Tensor hit = traj_steps_.ge(options_.max_frames_per_traj()).reshape(full.get("next.done").sizes().vec());
-      full.set("next.truncated", logical_or(full.get("next.truncated"), hit));
-      full.set("next.done", logical_or(full.get("next.done"), hit));
+      Tensor hit = traj_steps_.ge(options_.max_frames_per_traj()).reshape(full.get(key_next_done()).sizes().vec());
+      full.set(key_next_truncated(), logical_or(full.get(key_next_truncated()), hit));
+      full.set(key_next_done(), logical_or(full.get(key_next_done()), hit));
     }
     frames_ += N;
-    // episode returns, for progress reports
-    Tensor rew = full.get("next.reward").to(kFloat64).contiguous().reshape({N});
-    Tensor done = full.get("next.done").to(kBool).contiguous().reshape({N});
-    const double* r = rew.data_ptr<double>();
+    // episode returns, for progress reports (read in place when float32 / bool and contiguous)
+    Tensor rew = full.get(key_next_reward());
+    const bool rew_f32 = rew.dtype() == kFloat32 && rew.is_contiguous();
+    if (!rew_f32) rew = rew.to(kFloat64).contiguous();
+    Tensor done_entry = full.get(key_next_done());
+    Tensor done = done_entry.dtype() == kBool && done_entry.is_contiguous() ? done_entry : done_entry.to(kBool).contiguous();
+    if (rew.numel() != N || done.numel() != N)
+      throw std::invalid_argument("[SyncDataCollector] next.reward and next.done must have one entry per copy, got " +
+                                  std::to_string(rew.numel()) + " and " + std::to_string(done.numel()) + " for " +
+                                  std::to_string(N) + " copies");
+    const float* rf = rew_f32 ? rew.data_ptr<float>() : nullptr;
+    const double* rd = rew_f32 ? nullptr : rew.data_ptr<double>();
     const bool* d = done.data_ptr<bool>();
     bool any_done = false;
     for (int64_t i = 0; i < N; ++i) {
-      running_return_[static_cast<size_t>(i)] += r[i];
+      running_return_[static_cast<size_t>(i)] += rf ? static_cast<double>(rf[i]) : rd[i];
       if (d[i]) {
         finished_returns_.push_back(running_return_[static_cast<size_t>(i)]);
         running_return_[static_cast<size_t>(i)] = 0;
         any_done = true;
       }
     }
-    frames.push_back(full);
     TensorDict root = step_mdp(full);
+    frames.push_back(std::move(full));
     if (any_done) {
       TensorDict request = root;
-      request.set("_reset", done.reshape(full.get("next.done").sizes().vec()));
+      request.set(key_reset(), done.reshape(done_entry.sizes().vec()));
       root.update(env_->reset(request));
       int64_t* ids = traj_ids_.data_ptr<int64_t>();
       int64_t* steps = traj_steps_.data_ptr<int64_t>();

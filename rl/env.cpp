@@ -7,18 +7,12 @@
 
 namespace troupe::rl {
 
-TensorDict step_mdp(const TensorDict& td) {
-  if (!td.is_sub("next")) throw std::invalid_argument("[step_mdp] the TensorDict has no 'next' entry (step() it first)");
-  TensorDict out = td.exclude({"next", "action"});
-  const TensorDict& next = td.get_sub("next");
-  for (const Key& k : next.keys(true, true)) {
-    if (k == Key("reward")) continue;
-    out.set(k, next.get(k));
-  }
-  return out;
-}
+// step_mdp is in tensordict.cpp (it reads the entries directly).
 
-Tensor done_mask(const TensorDict& root) { return root.get("done").to(kBool); }
+Tensor done_mask(const TensorDict& root) {
+  static const Key kDone("done");
+  return root.get(kDone).to(kBool);
+}
 
 std::pair<TensorDict, TensorDict> EnvBase::step_and_maybe_reset(const TensorDict& td) {
   TensorDict full = step(td);

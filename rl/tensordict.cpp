@@ -160,18 +160,35 @@ const TensorDict* TensorDict::parent_of(const Key& key) const {
   return const_cast<TensorDict*>(this)->parent_of(key, false);
 }
 
-void TensorDict::check_batch(const Key& key, const std::vector<int64_t>& shape, bool nested_td) const {
+void TensorDict::check_batch(const Key& key, IntArrayRef shape, bool nested_td) const {
   bool ok = shape.size() >= batch_size_.size() && std::equal(batch_size_.begin(), batch_size_.end(), shape.begin());
   if (!ok)
     throw std::invalid_argument(std::string(nested_td ? "batch size mismatch" : "batch dimension mismatch") +
                                 " for key " + key.repr() + ", got self.batch_size=" + torch_size(batch_size_) +
-                                " and value.shape=" + torch_size(shape) + ".");
+                                " and value.shape=" + torch_size(shape.vec()) + ".");
+}
+
+void TensorDict::set_entry(const std::string& name, const Tensor& value) {
+  IntArrayRef shape = value.sizes();
+  if (shape.size() < batch_size_.size() || !std::equal(batch_size_.begin(), batch_size_.end(), shape.begin()))
+    check_batch(Key(std::vector<std::string>{name}), shape, false);
+  Tensor v = device_ && value.device() != *device_ ? value.to(*device_) : value;
+  if (Entry* e = find(name)) {
+    e->td.reset();
+    e->tensor = std::move(v);
+  } else {
+    entries_.emplace_back(name, std::move(v));
+  }
 }
 
 TensorDict& TensorDict::set(const Key& key, const Tensor& value) {
   if (!value.defined()) throw std::invalid_argument("[TensorDict.set] undefined tensor for key " + key.repr());
+  if (!key.nested()) {
+    set_entry(key.head(), value);
+    return *this;
+  }
   TensorDict* parent = parent_of(key, true);
-  parent->check_batch(key, value.sizes().vec(), false);
+  parent->check_batch(key, value.sizes(), false);
   Tensor v = parent->device_ && value.device() != *parent->device_ ? value.to(*parent->device_) : value;
   const std::string& name = key.parts().back();
   if (Entry* e = parent->find(name)) {
@@ -183,17 +200,19 @@ TensorDict& TensorDict::set(const Key& key, const Tensor& value) {
   return *this;
 }
 
-TensorDict& TensorDict::set(const Key& key, const TensorDict& value) {
+TensorDict& TensorDict::set(const Key& key, const TensorDict& value) { return set(key, TensorDict(value)); }
+
+TensorDict& TensorDict::set(const Key& key, TensorDict&& value) {
   TensorDict* parent = parent_of(key, true);
   parent->check_batch(key, value.batch_size_, true);
   const std::string& name = key.parts().back();
-  TensorDict copy = value;
+  TensorDict copy = std::move(value);
   if (parent->device_ && copy.device_ != parent->device_) copy = copy.to(*parent->device_);
   if (Entry* e = parent->find(name)) {
     e->tensor = Tensor();
     e->td = std::make_unique<TensorDict>(std::move(copy));
   } else {
-    parent->entries_.emplace_back(name, copy);
+    parent->entries_.emplace_back(name, std::move(copy));
   }
   return *this;
 }
@@ -273,7 +292,19 @@ std::vector<Key> TensorDict::keys(bool include_nested, bool leaves_only) const {
 }
 size_t TensorDict::size() const { return entries_.size(); }
 TensorDict& TensorDict::update(const TensorDict& other) {
-  for (const auto& k : other.keys(true, true)) set(k, other.get(k));
+  if (&other == this) return *this;  // every leaf set to itself
+  // every leaf of other, in keys(true, true) order; top-level leaves without building their Keys
+  for (const auto& e : other.entries_) {
+    if (!e.td) {
+      set_entry(e.name, e.tensor);
+      continue;
+    }
+    for (const auto& k : e.td->keys(true, true)) {
+      std::vector<std::string> parts{e.name};
+      parts.insert(parts.end(), k.parts().begin(), k.parts().end());
+      set(Key(std::move(parts)), e.td->get(k));
+    }
+  }
   return *this;
 }
 
@@ -394,41 +425,48 @@ TensorDict TensorDict::expand(std::vector<int64_t> batch_size) const {
   return map([&](const Tensor& t) { return t.expand(concat(batch_size, t.sizes().vec(), old_dims)); }, batch_size);
 }
 
-namespace {
-// Joins tds entry by entry with `join` (cat or stack) along dim d; batch is the result's batch size.
-TensorDict join_all(const std::vector<TensorDict>& tds, int64_t d, std::vector<int64_t> batch, const char* fn,
-                    const std::function<Tensor(const std::vector<Tensor>&)>& join) {
-  TensorDict out(batch, tds[0].device());
-  const auto keys = tds[0].keys();
-  for (const auto& td : tds) {
-    auto k2 = td.keys();
-    if (k2 != keys) {
+TensorDict TensorDict::join_all(const std::vector<const TensorDict*>& tds, int64_t d, std::vector<int64_t> batch,
+                                const char* fn, const std::function<Tensor(const std::vector<Tensor>&)>& join) {
+  TensorDict out(batch, tds[0]->device());
+  const auto& first = tds[0]->entries_;
+  for (const TensorDict* td : tds) {
+    bool same = td->entries_.size() == first.size();
+    for (size_t i = 0; same && i < first.size(); ++i) same = td->entries_[i].name == first[i].name;
+    if (!same) {
       auto names = [](const std::vector<Key>& ks) {
         std::string s;
         for (const auto& k : ks) s += (s.empty() ? "" : ", ") + k.repr();
         return "[" + s + "]";
       };
       throw std::invalid_argument(std::string("[TensorDict.") + fn + "] the TensorDicts have different keys: " +
-                                  names(keys) + " and " + names(k2));
+                                  names(tds[0]->keys()) + " and " + names(td->keys()));
     }
   }
-  for (const auto& k : keys) {
-    if (tds[0].is_sub(k)) {
-      std::vector<TensorDict> subs;
-      for (const auto& td : tds) subs.push_back(td.get_sub(k));
+  out.entries_.reserve(first.size());
+  std::vector<Tensor> ts;
+  ts.reserve(tds.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    const std::string& name = first[i].name;
+    if (first[i].td) {
+      std::vector<const TensorDict*> subs;
+      subs.reserve(tds.size());
+      for (const TensorDict* td : tds) subs.push_back(&td->get_sub(Key(std::vector<std::string>{name})));
       std::vector<int64_t> sub_batch = batch;
-      const auto& first = subs[0].batch_size();
-      sub_batch.insert(sub_batch.end(), first.begin() + static_cast<std::ptrdiff_t>(tds[0].batch_dims()), first.end());
-      out.set(k, join_all(subs, d, sub_batch, fn, join));
+      const auto& sb = subs[0]->batch_size();
+      sub_batch.insert(sub_batch.end(), sb.begin() + static_cast<std::ptrdiff_t>(tds[0]->batch_dims()), sb.end());
+      out.set(Key(std::vector<std::string>{name}), join_all(subs, d, sub_batch, fn, join));
     } else {
-      std::vector<Tensor> ts;
-      for (const auto& td : tds) ts.push_back(td.get(k));
-      out.set(k, join(ts));
+      ts.clear();
+      for (const TensorDict* td : tds) {
+        const Entry& e = td->entries_[i];
+        if (e.td) td->get(Key(std::vector<std::string>{name}));  // a TensorDict where the first has a tensor: get's error
+        ts.push_back(e.tensor);
+      }
+      out.set_entry(name, join(ts));
     }
   }
   return out;
 }
-}  // namespace
 
 TensorDict TensorDict::cat(const std::vector<TensorDict>& tds, int64_t dim) {
   if (tds.empty()) throw std::invalid_argument("[TensorDict.cat] no TensorDicts to join");
@@ -444,7 +482,9 @@ TensorDict TensorDict::cat(const std::vector<TensorDict>& tds, int64_t dim) {
                                   torch_size(td.batch_size()) + " differ outside dim " + std::to_string(d));
     batch[d] += td.batch_size()[d];
   }
-  return join_all(tds, d, batch, "cat", [d](const std::vector<Tensor>& ts) { return troupe::cat(ts, d); });
+  std::vector<const TensorDict*> ptrs;
+  for (const auto& td : tds) ptrs.push_back(&td);
+  return join_all(ptrs, d, batch, "cat", [d](const std::vector<Tensor>& ts) { return troupe::cat(ts, d); });
 }
 
 TensorDict TensorDict::stack(const std::vector<TensorDict>& tds, int64_t dim) {
@@ -458,7 +498,35 @@ TensorDict TensorDict::stack(const std::vector<TensorDict>& tds, int64_t dim) {
                                   torch_size(td.batch_size()) + " differ");
   std::vector<int64_t> batch = tds[0].batch_size();
   batch.insert(batch.begin() + d, static_cast<int64_t>(tds.size()));
-  return join_all(tds, d, batch, "stack", [d](const std::vector<Tensor>& ts) { return troupe::stack(ts, d); });
+  std::vector<const TensorDict*> ptrs;
+  for (const auto& td : tds) ptrs.push_back(&td);
+  return join_all(ptrs, d, batch, "stack", [d](const std::vector<Tensor>& ts) { return troupe::stack(ts, d); });
+}
+
+// step_mdp (declared in rl/env.h): here, since it reads the entries without building Keys.
+TensorDict step_mdp(const TensorDict& td) {
+  const TensorDict::Entry* next_entry = td.find("next");
+  if (!next_entry || !next_entry->td)
+    throw std::invalid_argument("[step_mdp] the TensorDict has no 'next' entry (step() it first)");
+  // td without next and action (exclude), then next's leaves but reward set into it (nested leaves
+  // through set(), in keys(true, true) order)
+  TensorDict out(td.batch_size_, td.device_);
+  out.entries_.reserve(td.entries_.size());
+  for (const auto& e : td.entries_)
+    if (e.name != "next" && e.name != "action") out.entries_.push_back(e);
+  const TensorDict& next = *next_entry->td;
+  for (const auto& e : next.entries_) {
+    if (!e.td) {
+      if (e.name != "reward") out.set_entry(e.name, e.tensor);
+      continue;
+    }
+    for (const Key& k : e.td->keys(true, true)) {
+      std::vector<std::string> parts{e.name};
+      parts.insert(parts.end(), k.parts().begin(), k.parts().end());
+      out.set(Key(std::move(parts)), e.td->get(k));
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------- whole-dict ops

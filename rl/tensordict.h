@@ -78,6 +78,8 @@ class TensorDict {
   TensorDict& set(const Key& key, const Tensor& value);
   /// Sets a nested TensorDict; its batch size must start with this one's.
   TensorDict& set(const Key& key, const TensorDict& value);
+  /// The same, taking `value`'s entries without copying them.
+  TensorDict& set(const Key& key, TensorDict&& value);
   /// Writes into the existing tensor at `key` (same shape), keeping its storage (set_).
   TensorDict& set_(const Key& key, const Tensor& value);
   /// The tensor at `key`; KeyError-like std::out_of_range naming the key and the keys present.
@@ -142,6 +144,7 @@ class TensorDict {
 
   /// Same keys, shapes, dtypes and values (tensordict's (a == b).all()).
   friend bool equal(const TensorDict& a, const TensorDict& b);
+  friend TensorDict step_mdp(const TensorDict& td);
 
   /// TorchRL's printed form (fields sorted by key, batch_size, device, is_shared).
   std::string repr() const;
@@ -153,7 +156,12 @@ class TensorDict {
   /// The TensorDict holding key's last part, made when `create`.
   TensorDict* parent_of(const Key& key, bool create);
   const TensorDict* parent_of(const Key& key) const;
-  void check_batch(const Key& key, const std::vector<int64_t>& shape, bool nested_td) const;
+  void check_batch(const Key& key, IntArrayRef shape, bool nested_td) const;
+  /// set() of a tensor under the one-part key `name` of this TensorDict (no Key to parse).
+  void set_entry(const std::string& name, const Tensor& value);
+  /// Joins tds entry by entry with `join` (cat or stack) along dim d; batch is the result's batch size.
+  static TensorDict join_all(const std::vector<const TensorDict*>& tds, int64_t d, std::vector<int64_t> batch,
+                             const char* fn, const std::function<Tensor(const std::vector<Tensor>&)>& join);
   [[noreturn]] void key_error(const Key& key) const;
   /// A TensorDict whose leaves are fn(leaf), with batch size `batch` (recursively: nested dicts keep
   /// their extra dims after the batch).

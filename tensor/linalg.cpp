@@ -1,5 +1,6 @@
 // Linear algebra ops: matmul (every rank case of torch.matmul), mm, bmm, addmm, dot, mv, outer, linear,
 // each with its backward. The arithmetic is Backend::gemm (any strides: transposed views pass without a copy).
+#include <cstring>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -223,7 +224,17 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   const double beta_d = beta.to_double(), alpha_d = alpha.to_double();
   Tensor out = empty(out_sizes, a.options());
   Backend& be = backend(a);
-  if (beta_d != 0 && out.numel() > 0) be.copy(out, raw_expand(bias, out_sizes));  // C = bias, then gemm with beta
+  if (beta_d != 0 && out.numel() > 0) {  // C = bias, then gemm with beta
+    if (out.is_cpu() && bias.dim() == 1 && bias.size(0) == m && bias.is_contiguous()) {
+      // a Linear's bias: one memcpy per row (the strided broadcast copy costs as much as a small gemm)
+      const size_t row_bytes = static_cast<size_t>(m) * bias.element_size();
+      const char* src = static_cast<const char*>(bias.data_ptr());
+      char* dst = static_cast<char*>(out.data_ptr());
+      for (int64_t i = 0; i < n; ++i) std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src, row_bytes);
+    } else {
+      be.copy(out, raw_expand(bias, out_sizes));
+    }
+  }
   be.gemm(out, a, b, alpha_d, beta_d);
   if (autograd::any_requires_grad({&bias, &a, &b})) {
     const bool need_bias = bias.requires_grad(), need_a = a.requires_grad(), need_b = b.requires_grad();

@@ -1,5 +1,6 @@
 // SyncDataCollector against semantics.md section 4: batch shape, traj_ids, frame counts, random frames,
 // truncation, policy versions, postproc; QValuePolicy and EGreedy.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -84,6 +85,30 @@ TEST(SyncDataCollector, RandomFramesTruncationVersionsPostproc) {
   // postproc ran: MultiStep's keys are there
   EXPECT_TRUE(b3->contains("steps_to_next_obs"));
   EXPECT_TRUE(b3->contains("next.original_reward"));
+}
+
+// QValuePolicy's action is action_value.argmax(-1) also on ties (the first maximum) and NaN (a NaN
+// counts as the maximum): q = [x, x, b] with b = 0, -5 or NaN.
+TEST(Policies, QValueActionIsArgmaxWithTiesAndNaN) {
+  auto net = std::make_shared<nn::LinearImpl>(1, 3);
+  for (double b : {0.0, -5.0, std::nan("")}) {
+    {
+      NoGradGuard g;
+      net->weight.copy_(tensor({1.0, 1.0, 0.0}).reshape({3, 1}));
+      net->bias.copy_(tensor({0.0, 0.0, b}));
+    }
+    TensorDict td({4});
+    td.set("observation", tensor({2.0, -1.0, 0.0, 3.0}).reshape({4, 1}).to(kFloat32));
+    TensorDict out = rl::QValuePolicy(net)(td);
+    EXPECT_EQ(ints(out.get("action")), ints(out.get("action_value").argmax(-1))) << "bias " << b;
+  }
+  NoGradGuard g;
+  net->bias.copy_(tensor({0.0, 0.0, std::nan("")}));
+  TensorDict td({1});
+  td.set("observation", tensor({1.0}).reshape({1, 1}).to(kFloat32));
+  EXPECT_EQ(ints(rl::QValuePolicy(net)(td).get("action")), (std::vector<int64_t>{2}));
+  net->bias.copy_(tensor({0.0, 0.0, 0.0}));
+  EXPECT_EQ(ints(rl::QValuePolicy(net)(td).get("action")), (std::vector<int64_t>{0}));
 }
 
 TEST(Policies, QValueAndEGreedy) {

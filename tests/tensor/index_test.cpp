@@ -149,6 +149,32 @@ TEST(IndexStack, ValuesShapesAndBackward) {
   EXPECT_EQ(vals(y.grad()), (V{2, 4, 6}));
 }
 
+// stack's block-copy path (contiguous inputs of one dtype) against element-wise reads, for the block
+// sizes it special-cases (1, 4, 8, 16 bytes) and others, and with a strided input (the general path)
+TEST(IndexStack, BlockCopiesMatchElementReads) {
+  for (int64_t inner : {1, 2, 3, 4, 5})
+    for (ScalarType dt : {kFloat32, kFloat64, kBool, kInt64})
+      for (bool strided : {false, true}) {
+        std::vector<Tensor> ts;
+        for (int64_t i = 0; i < 5; ++i) {
+          Tensor base = ((ar({4, inner}) + static_cast<double>(i * 13)) * 0.37).sin() * 50;
+          ts.push_back(dt == kBool ? base.gt(0) : base.to(dt));
+        }
+        if (strided) ts[2] = ts[2].t().contiguous().t();  // strided when inner > 1: the general path
+        for (int64_t d = 0; d <= 2; ++d) {
+          Tensor s = stack(ts, d);
+          for (int64_t i = 0; i < 5; ++i)
+            for (int64_t r = 0; r < 4; ++r)
+              for (int64_t c = 0; c < inner; ++c) {
+                const double want = ts[static_cast<size_t>(i)][r][c].to(kFloat64).item<double>();
+                const double got =
+                    (d == 0 ? s[i][r][c] : d == 1 ? s[r][i][c] : s[r][c][i]).to(kFloat64).item<double>();
+                ASSERT_EQ(got, want) << "inner " << inner << " dim " << d << " tensor " << i;
+              }
+        }
+      }
+}
+
 // ================================================================ split / chunk / unbind
 
 TEST(IndexSplit, SplitChunkUnbindAreViews) {
