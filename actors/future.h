@@ -7,6 +7,7 @@
 //   int64_t v = g.get();                                // throws ActorError on failure or timeout
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -21,6 +22,15 @@
 
 namespace troupe::actors {
 namespace detail {
+
+/// @private: an actor of this process that can run a queued request on the thread waiting for it
+/// (system.cpp's mailbox; see Actor::allow_inline_requests).
+class InlineRunner {
+ public:
+  virtual ~InlineRunner() = default;
+  /// Runs request `id` here when it is first in the actor's mailbox and the actor is idle; true when it ran.
+  virtual bool run_inline(uint64_t id) = 0;
+};
 
 /// The shared state of one request: completed once (a value or an error), by the reply, by the peer's
 /// death or by the deadline, whichever comes first.
@@ -54,12 +64,28 @@ class CallState {
   Clock::time_point deadline() const { return deadline_; }
   /// The request's timeout.
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// Lets a waiter run request `id` itself on `runner` (set before the Future is handed out).
+  void set_inline(std::weak_ptr<InlineRunner> runner, uint64_t id) {
+    runner_ = std::move(runner);
+    runner_id_ = id;
+  }
+  /// Polls (yielding the core) for at most `d` until complete; true when it is. A waiter tries this
+  /// before it sleeps on the condition variable: a reply that comes within microseconds then costs no
+  /// futex wake-up on either side.
+  bool spin_for(std::chrono::microseconds d) const;
+  /// Runs the request on this thread when its actor allows it, is idle and has it first; else nothing.
+  void try_inline() const {
+    if (runner_id_ == 0) return;
+    if (auto r = runner_.lock()) r->run_inline(runner_id_);
+  }
 
  private:
   bool finish(bool failed, Value v, std::string error);
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  std::atomic<bool> ready_{false};  // done_, for spin_for without the lock
+  mutable std::atomic<int> sleepers_{0};  // waiters blocked on cv_ (finish notifies only when there are any)
   bool done_ = false;
   bool failed_ = false;
   Value value_;
@@ -68,6 +94,8 @@ class CallState {
   std::string what_;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
+  std::weak_ptr<InlineRunner> runner_;
+  uint64_t runner_id_ = 0;
 };
 using CallStatePtr = std::shared_ptr<CallState>;
 
@@ -108,10 +136,12 @@ class Future {
     return s_->done();
   }
   /// Waits for the result, at most until the request's deadline; throws ActorError if the request
-  /// failed, timed out or its actor is gone.
+  /// failed, timed out or its actor is gone. (An actor that allow_inline_requests() runs the request on
+  /// this thread instead when it is idle and has nothing queued before it.)
   void wait() const {
     if (!s_) throw ActorError("[actors] wait() on an empty Future");
-    if (!s_->wait_until(s_->deadline())) s_->expire();
+    s_->try_inline();
+    if (!s_->spin_for(kSpin) && !s_->wait_until(s_->deadline())) s_->expire();
     if (s_->failed()) throw ActorError(s_->error());
   }
   /// wait(), then the result.
@@ -158,6 +188,7 @@ class Future {
     }
   }
 
+  static constexpr std::chrono::microseconds kSpin{20};
   detail::CallStatePtr s_;
 };
 

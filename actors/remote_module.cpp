@@ -154,6 +154,7 @@ class ModuleHost : public Actor {
  public:
   ModuleHost(nn::ModulePtr root) : root_(std::move(root)) {
     use_own_thread();  // its handlers wait on nested hosts (a hosted module that holds proxies)
+    allow_inline_requests();  // a caller in this process waiting on an idle host runs the call itself
     handle_list("fwd", [this](const List& a) { return forward(a); });
     handle("bwd", [this](int64_t key, List grads) { return backward(key, grads); });
     handle("rel", [this](int64_t key) { recorded_.erase(key); });

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 namespace troupe::actors {
 
@@ -64,8 +65,9 @@ bool CallState::finish(bool failed, Value v, std::string error) {
     value_ = std::move(v);
     error_ = std::move(error);
     cbs.swap(callbacks_);
+    ready_.store(true, std::memory_order_release);
   }
-  cv_.notify_all();
+  if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   for (auto& f : cbs) f();
   return true;
 }
@@ -89,7 +91,21 @@ bool CallState::failed() const {
 
 bool CallState::wait_until(Clock::time_point tp) const {
   std::unique_lock<std::mutex> g(mu_);
-  return cv_.wait_until(g, tp, [&] { return done_; });
+  if (done_) return true;
+  sleepers_.fetch_add(1, std::memory_order_acq_rel);
+  bool r = cv_.wait_until(g, tp, [&] { return done_; });
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  return r;
+}
+
+bool CallState::spin_for(std::chrono::microseconds d) const {
+  if (ready_.load(std::memory_order_acquire)) return true;
+  const auto end = Clock::now() + d;
+  do {
+    std::this_thread::yield();
+    if (ready_.load(std::memory_order_acquire)) return true;
+  } while (Clock::now() < end);
+  return false;
 }
 
 void CallState::on_done(std::function<void()> fn) {
