@@ -39,7 +39,10 @@ class CallState {
   using Clock = std::chrono::steady_clock;
   /// `what`: "request 'add' to actor 'counter' (rank 1)"; `deadline`: when it fails unanswered.
   CallState(std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout)
-      : what_(std::move(what)), deadline_(deadline), timeout_(timeout) {}
+      : what_(std::move(what)), has_what_(true), deadline_(deadline), timeout_(timeout) {}
+  /// The request `method` to `to`: what() is made from them when first asked for (most requests never are).
+  CallState(std::string method, const ActorRef& to, Clock::time_point deadline, std::chrono::milliseconds timeout)
+      : method_(std::move(method)), to_name_(to.name()), to_rank_(to.rank()), deadline_(deadline), timeout_(timeout) {}
   /// Completes with a value; false when it was already complete.
   bool complete(Value v);
   /// Completes with an error (the full text thrown to waiters); false when it was already complete.
@@ -59,7 +62,7 @@ class CallState {
   /// The error text (valid once failed()).
   const std::string& error() const { return error_; }
   /// What the request was, for error texts.
-  const std::string& what() const { return what_; }
+  const std::string& what() const;
   /// When the request fails unanswered.
   Clock::time_point deadline() const { return deadline_; }
   /// The request's timeout.
@@ -69,10 +72,6 @@ class CallState {
     runner_ = std::move(runner);
     runner_id_ = id;
   }
-  /// Polls (yielding the core) for at most `d` until complete; true when it is. A waiter tries this
-  /// before it sleeps on the condition variable: a reply that comes within microseconds then costs no
-  /// futex wake-up on either side.
-  bool spin_for(std::chrono::microseconds d) const;
   /// Runs the request on this thread when its actor allows it, is idle and has it first; else nothing.
   void try_inline() const {
     if (runner_id_ == 0) return;
@@ -84,14 +83,18 @@ class CallState {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::atomic<bool> ready_{false};  // done_, for spin_for without the lock
+  std::atomic<bool> ready_{false};         // done_, read without the lock
   mutable std::atomic<int> sleepers_{0};  // waiters blocked on cv_ (finish notifies only when there are any)
   bool done_ = false;
   bool failed_ = false;
   Value value_;
   std::string error_;
   std::vector<std::function<void()>> callbacks_;
-  std::string what_;
+  std::string method_;  // no ActorRef: a Future kept after its actor ended must not keep the actor alive
+  std::string to_name_;
+  int to_rank_ = -1;
+  mutable std::string what_;
+  mutable bool has_what_ = false;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
   std::weak_ptr<InlineRunner> runner_;
@@ -111,6 +114,8 @@ T result_as(const CallState& s) {
 
 /// Sends method(args) to `to`; with want_reply, registers it and returns its state (else null).
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply);
+/// Fails `s` at its deadline even when nobody waits (then() continuations depend on it).
+void watch_deadline(const CallStatePtr& s);
 
 }  // namespace detail
 
@@ -141,7 +146,7 @@ class Future {
   void wait() const {
     if (!s_) throw ActorError("[actors] wait() on an empty Future");
     s_->try_inline();
-    if (!s_->spin_for(kSpin) && !s_->wait_until(s_->deadline())) s_->expire();
+    if (!s_->wait_until(s_->deadline())) s_->expire();
     if (s_->failed()) throw ActorError(s_->error());
   }
   /// wait(), then the result.
@@ -159,6 +164,7 @@ class Future {
   auto then(F fn) const {
     using R = decltype(call(fn, std::declval<const detail::CallState&>()));
     auto next = std::make_shared<detail::CallState>(s_->what(), s_->deadline(), s_->timeout());
+    detail::watch_deadline(s_);
     s_->on_done([s = s_, next, fn = std::move(fn)]() mutable {
       if (s->failed()) {
         next->fail(s->error());
@@ -188,7 +194,6 @@ class Future {
     }
   }
 
-  static constexpr std::chrono::microseconds kSpin{20};
   detail::CallStatePtr s_;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/io/all.hpp>
@@ -39,12 +41,132 @@ int64_t env_int(const char* name, int64_t fallback) {
 
 class System;
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/// A lock for the few instructions a mailbox holds it (a push, a swap): spins, then yields the core, never
+/// sleeps in the kernel (a std::mutex made the sender and the draining actor wake each other with futex
+/// calls at every contended push).
+class SpinLock {
+ public:
+  void lock() {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins < 64) cpu_relax();
+        else std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 /// One queued message of an actor in this process: a Call, whom to answer when it came from another
 /// process, or the stop marker ActorRef::stop() queues (so it lands after what was sent before it).
 struct Item {
   Call call;
-  caf::strong_actor_ptr reply_to;  // null: a request from this process (its Future is completed directly)
+  caf::strong_actor_ptr reply_to;  // set when it came from another process: the Reply goes there
   bool exit = false;
+  CallStatePtr state;  // a request from this process: completed directly, no id lookup
+};
+
+/// A FIFO of Items in blocks of kBlock; emptied blocks are kept (up to kKeep) and reused, so a burst of
+/// messages lands in warm memory instead of growing a vector into fresh pages. Not thread-safe: the
+/// host's lock guards it.
+class ItemQueue {
+ public:
+  static constexpr size_t kBlock = 64;
+  struct Block {
+    Item items[kBlock];
+    size_t begin = 0, end = 0;
+    Block* next = nullptr;
+  };
+  ItemQueue() = default;
+  ItemQueue(const ItemQueue&) = delete;
+  ItemQueue& operator=(const ItemQueue&) = delete;
+  ~ItemQueue() {
+    free_chain(head_);
+    free_chain(free_);
+  }
+  bool empty() const { return head_ == nullptr; }
+  void push(Item&& it) {
+    if (!tail_ || tail_->end == kBlock) {
+      Block* b = fresh();
+      (tail_ ? tail_->next : head_) = b;
+      tail_ = b;
+    }
+    tail_->items[tail_->end++] = std::move(it);
+  }
+  /// The i-th queued item, or null.
+  Item* at(size_t i) {
+    for (Block* b = head_; b; b = b->next) {
+      if (i < b->end - b->begin) return &b->items[b->begin + i];
+      i -= b->end - b->begin;
+    }
+    return nullptr;
+  }
+  /// Removes the first item into `out`.
+  void pop_front(Item& out) {
+    out = std::move(head_->items[head_->begin]);
+    head_->items[head_->begin++] = Item();
+    if (head_->begin == head_->end) {
+      Block* b = head_;
+      head_ = b->next;
+      if (!head_) tail_ = nullptr;
+      recycle(b);
+    }
+  }
+  /// Every queued block, for the caller to run without the lock and hand back (give_back).
+  Block* take_all() {
+    Block* h = head_;
+    head_ = tail_ = nullptr;
+    return h;
+  }
+  /// Keeps the blocks of a chain from take_all(), whose items were reset.
+  void give_back(Block* chain) {
+    while (chain) {
+      Block* n = chain->next;
+      recycle(chain);
+      chain = n;
+    }
+  }
+
+ private:
+  static constexpr size_t kKeep = 16;
+  Block* fresh() {
+    if (!free_) return new Block;
+    Block* b = free_;
+    free_ = b->next;
+    --n_free_;
+    b->begin = b->end = 0;
+    b->next = nullptr;
+    return b;
+  }
+  void recycle(Block* b) {
+    if (n_free_ >= kKeep) {
+      delete b;
+      return;
+    }
+    b->next = free_;
+    free_ = b;
+    ++n_free_;
+  }
+  static void free_chain(Block* b) {
+    while (b) {
+      Block* n = b->next;
+      delete b;
+      b = n;
+    }
+  }
+  Block* head_ = nullptr;
+  Block* tail_ = nullptr;
+  Block* free_ = nullptr;
+  size_t n_free_ = 0;
 };
 
 /// A troupe actor in this process: its Actor and its mailbox. A message from this process is queued here
@@ -64,9 +186,9 @@ struct Host : InlineRunner {
   std::optional<std::string> push(Item&& it, const caf::actor& handle) {
     bool post;
     {
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<SpinLock> g(mu_);
       if (closed_) return closed_reason_;
-      in_.push_back(std::move(it));
+      q_.push(std::move(it));
       post = !running_ && !posted_;
       if (post) posted_ = true;
     }
@@ -76,9 +198,9 @@ struct Host : InlineRunner {
   /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
   void push_remote(caf::event_based_actor* self, Call&& c, caf::strong_actor_ptr sender) {
     {
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<SpinLock> g(mu_);
       if (closed_) return;
-      in_.push_back(Item{std::move(c), std::move(sender), false});
+      q_.push(Item{std::move(c), std::move(sender), false, nullptr});
       if (running_ || posted_) return;
     }
     drain(self, false);
@@ -100,16 +222,15 @@ struct Host : InlineRunner {
   void close(const std::string& reason, std::vector<Item> left = {});
 
  private:
-  static constexpr size_t kBudget = 4096;
+  static constexpr size_t kBudget = 4096;  // messages per tr_drain
   void run(Item& it);
 
-  std::mutex mu_;
-  std::vector<Item> in_;  // queued, in arrival order
-  bool running_ = false;  // a handler runs (on the actor, or on a waiting caller's thread)
-  bool posted_ = false;   // a tr_drain is on its way
+  SpinLock mu_;
+  ItemQueue q_;                        // queued, in arrival order
+  bool running_ = false;               // a handler runs (on the actor, or on a waiting caller's thread)
+  bool posted_ = false;                // a tr_drain is on its way
   bool closed_ = false;
   std::string closed_reason_;
-  std::vector<Item> batch_;  // what drain() runs (only touched while running_)
   std::string last_method_;  // the last handler looked up
   Handler* last_handler_ = nullptr;
 };
@@ -208,21 +329,18 @@ class System {
     const RefImpl& ri = *to.impl();
     if (want_reply) {
       auto timeout = to.timeout();
-      state = std::make_shared<CallState>(what(), CallState::Clock::now() + timeout, timeout);
+      state = std::make_shared<CallState>(method, to, CallState::Clock::now() + timeout, timeout);
       id = next_id_++;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        pending_.emplace(id, Pending{state, ri.handle.address()});
-      }
-      if (host.inline_ok) state->set_inline(to.impl()->local, id);
+      if (host.inline_ok) state->set_inline(ri.local, id);
     }
     Item it;
     it.call.id = id;
     it.call.method = method;
     it.call.args.values = std::move(args);
+    it.state = state;
     if (auto gone = host.push(std::move(it), ri.handle)) {
       if (!state) throw ActorError("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
-      finish(id, false, Value(), "the actor is gone (" + *gone + ")");
+      state->fail("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
     }
     return state;
   }
@@ -299,11 +417,27 @@ class System {
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor is gone (" + reason + ")");
   }
 
+  /// Fails `s` at its deadline even when nobody waits (requests in this process are not in pending_).
+  void watch(const CallStatePtr& s) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (running_) watched_.push_back(s);  // weak: a state nobody holds any more needs no deadline
+  }
+
   void sweep() {
     std::vector<CallStatePtr> expired;
     auto now = CallState::Clock::now();
     {
       std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = 0; i < watched_.size();) {
+        auto st = watched_[i].lock();
+        if (!st || st->done() || st->deadline() <= now) {
+          if (st && !st->done()) expired.push_back(std::move(st));
+          watched_[i] = std::move(watched_.back());
+          watched_.pop_back();
+        } else {
+          ++i;
+        }
+      }
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.state->deadline() <= now || it->second.state->done()) {
           expired.push_back(std::move(it->second.state));
@@ -360,10 +494,14 @@ class System {
       running_ = false;
       for (auto& [id, p] : pending_) failed.push_back(std::move(p.state));
       pending_.clear();
+      for (auto& w : watched_)
+        if (auto st = w.lock()) failed.push_back(std::move(st));
+      watched_.clear();
       actors.swap(local_actors_);
       services_.clear();
     }
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor runtime stopped");
+    failed.clear();  // a state's value may hold an ActorRef: none may outlive this into system_.reset()
     for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     router_ = nullptr;
@@ -421,9 +559,10 @@ class System {
     System* sys = h->sys;
     caf::actor_id id = self->id();
     const bool named = h->name != service_name(h->rank);
-    self->attach_functor([sys, id, named, w = std::weak_ptr<Host>(h), rank = h->rank, name = h->name](const caf::error& reason) {
+    // (It holds the host: CAF drops the behavior, and with it the other reference, before it runs this.)
+    self->attach_functor([sys, id, named, h, rank = h->rank, name = h->name](const caf::error& reason) {
       sys->forget_host(id);
-      if (auto host = w.lock()) host->close(describe_exit(sys, reason));
+      h->close(describe_exit(sys, reason));
       if (!named) return;
       try {
         if (sys->running_) sys->service(rank).send("forget", name);
@@ -470,6 +609,11 @@ class System {
       }
       return;
     }
+    if (item.state) {  // a request from this process
+      if (ok) item.state->complete(std::move(result));
+      else item.state->fail("[actors] " + item.state->what() + " failed: " + error);
+      return;
+    }
     const auto& sender = item.reply_to;
     if (!sender || sender->node() == h.sys->node()) {
       h.sys->finish(c.id, ok, std::move(result), error);  // same process: complete the Future directly
@@ -493,7 +637,8 @@ class System {
   std::mutex mu_;
   std::atomic<bool> running_{true};
   std::atomic<uint64_t> next_id_{1};
-  std::unordered_map<uint64_t, Pending> pending_;
+  std::unordered_map<uint64_t, Pending> pending_;  // requests to actors of other processes
+  std::vector<std::weak_ptr<CallState>> watched_;               // then() on requests in this process: failed at their deadline
   std::set<caf::actor_addr> monitored_;
   std::map<caf::actor_addr, std::string> dead_;
   std::unordered_map<caf::actor_id, std::weak_ptr<Host>> hosts_;  // the mailboxes of this process's actors
@@ -538,10 +683,10 @@ ActorRef make_ref(caf::actor h, std::string name, int rank) {
 void Host::run(Item& it) { System::dispatch(*this, it); }
 
 void Host::drain(caf::event_based_actor* self, bool from_post) {
-  std::unique_lock<std::mutex> lk(mu_);
+  std::unique_lock<SpinLock> lk(mu_);
   if (from_post) posted_ = false;
   size_t done = 0;
-  while (!running_ && !closed_ && !in_.empty()) {
+  while (!running_ && !closed_ && !q_.empty()) {
     if (done >= kBudget) {
       if (!posted_) {
         posted_ = true;
@@ -550,26 +695,32 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
       }
       return;
     }
-    batch_.swap(in_);
+    ItemQueue::Block* chain = q_.take_all();
     running_ = true;
     lk.unlock();
-    size_t i = 0;
-    for (; i < batch_.size() && !batch_[i].exit; ++i) run(batch_[i]);
-    done += batch_.size();
-    if (i < batch_.size()) {  // ActorRef::stop()'s marker: what follows it fails, as after CAF's exit
-      std::vector<Item> rest(std::make_move_iterator(batch_.begin() + static_cast<std::ptrdiff_t>(i) + 1),
-                             std::make_move_iterator(batch_.end()));
-      batch_.clear();
+    bool stop = false;
+    std::vector<Item> rest;  // after ActorRef::stop()'s marker: they fail, as after CAF's exit
+    for (ItemQueue::Block* b = chain; b; b = b->next) {
+      for (size_t k = b->begin; k < b->end; ++k) {
+        Item& it = b->items[k];
+        if (it.exit) stop = true;
+        else if (stop) rest.push_back(std::move(it));
+        else run(it);
+        it = Item();
+        ++done;
+      }
+    }
+    if (stop) {
       lk.lock();
+      q_.give_back(chain);
       running_ = false;
       lk.unlock();
       close("it was stopped (user_shutdown)", std::move(rest));
       self->quit(caf::exit_reason::user_shutdown);
       return;
     }
-    batch_.clear();
-    if (batch_.capacity() > kBudget) std::vector<Item>().swap(batch_);
     lk.lock();
+    q_.give_back(chain);
     running_ = false;
   }
 }
@@ -579,26 +730,28 @@ bool Host::run_inline(uint64_t id) {
   // The request and the few queued before it (a one-way message such as RemoteModule's "rel") run here,
   // in their order; a stop marker before it leaves it to the actor.
   constexpr size_t kAhead = 8;
-  std::vector<Item> run_here;
+  std::array<Item, kAhead + 1> here;
+  size_t n = 0;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    if (closed_ || running_ || in_.empty()) return false;
-    size_t n = 0;
-    while (n < in_.size() && n <= kAhead && !in_[n].exit && !(in_[n].call.id == id && !in_[n].reply_to)) ++n;
-    if (n == in_.size() || n > kAhead || in_[n].exit) return false;
-    run_here.assign(std::make_move_iterator(in_.begin()), std::make_move_iterator(in_.begin() + static_cast<std::ptrdiff_t>(n) + 1));
-    in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(n) + 1);
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_ || running_ || q_.empty()) return false;
+    for (Item* it; n <= kAhead && (it = q_.at(n)) && !it->exit; ++n) {
+      if (it->call.id == id && !it->reply_to) break;
+    }
+    Item* mine = q_.at(n);
+    if (n > kAhead || !mine || mine->exit) return false;
+    for (size_t k = 0; k <= n; ++k) q_.pop_front(here[k]);
     running_ = true;
   }
   {
     InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
-    for (auto& it : run_here) run(it);
+    for (size_t k = 0; k <= n; ++k) run(here[k]);
   }
   bool post;
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<SpinLock> g(mu_);
     running_ = false;
-    post = !in_.empty() && !posted_ && !closed_;
+    post = !q_.empty() && !posted_ && !closed_;
     if (post) posted_ = true;
   }
   if (post) {
@@ -609,15 +762,17 @@ bool Host::run_inline(uint64_t id) {
 
 void Host::close(const std::string& reason, std::vector<Item> left) {
   {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<SpinLock> g(mu_);
     if (closed_) return;
     closed_ = true;
     closed_reason_ = reason;
-    for (auto& x : in_) left.push_back(std::move(x));
-    in_.clear();
+    while (!q_.empty()) {
+      left.emplace_back();
+      q_.pop_front(left.back());
+    }
   }
   for (auto& x : left)
-    if (x.call.id != 0 && !x.reply_to) sys->finish(x.call.id, false, Value(), "the actor is gone (" + reason + ")");
+    if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
 }
 
 DataPlane g_data_plane;
@@ -658,6 +813,10 @@ std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout) {
   }
   p.ext().dp_in.clear();
   return "";
+}
+
+void watch_deadline(const CallStatePtr& st) {
+  if (System* s = g_raw.load(std::memory_order_acquire)) s->watch(st);
 }
 
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
-#include <thread>
 
 namespace troupe::actors {
 
@@ -75,14 +74,11 @@ bool CallState::finish(bool failed, Value v, std::string error) {
 bool CallState::complete(Value v) { return finish(false, std::move(v), {}); }
 bool CallState::fail(std::string error) { return finish(true, Value(), std::move(error)); }
 bool CallState::expire() {
-  return fail("[actors] " + what_ + " timed out after " + std::to_string(timeout_.count()) +
+  return fail("[actors] " + what() + " timed out after " + std::to_string(timeout_.count()) +
               " ms (no reply; TROUPE_ACTOR_TIMEOUT sets the default, in seconds)");
 }
 
-bool CallState::done() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return done_;
-}
+bool CallState::done() const { return ready_.load(std::memory_order_acquire); }
 
 bool CallState::failed() const {
   std::lock_guard<std::mutex> g(mu_);
@@ -98,14 +94,13 @@ bool CallState::wait_until(Clock::time_point tp) const {
   return r;
 }
 
-bool CallState::spin_for(std::chrono::microseconds d) const {
-  if (ready_.load(std::memory_order_acquire)) return true;
-  const auto end = Clock::now() + d;
-  do {
-    std::this_thread::yield();
-    if (ready_.load(std::memory_order_acquire)) return true;
-  } while (Clock::now() < end);
-  return false;
+const std::string& CallState::what() const {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!has_what_) {
+    what_ = "request '" + method_ + "' to actor '" + to_name_ + "' (rank " + std::to_string(to_rank_) + ")";
+    has_what_ = true;
+  }
+  return what_;
 }
 
 void CallState::on_done(std::function<void()> fn) {
