@@ -118,12 +118,19 @@ class Actor {
   /// on other actors' replies: a handler that waits holds its thread, and the shared scheduler has 4
   /// (TROUPE_ACTOR_THREADS), so chains of waiting handlers deeper than that would wait until timeout.
   void use_own_thread() { own_thread_ = true; }
+  /// Lets a request from this process run on the thread that waits for it (Future::wait / get), when
+  /// this actor is idle and the request is first in its mailbox: one message at a time and each
+  /// sender's order still hold, and the caller skips two thread hand-offs (RemoteModule's host uses it).
+  /// The handler then runs with grad mode on and inference mode off, as on the actor's own threads, but
+  /// the wait is not bounded by the request's deadline while it runs: only for handlers that end.
+  void allow_inline_requests() { inline_requests_ = true; }
 
  private:
   friend struct detail::ActorAccess;
   std::unordered_map<std::string, Handler> handlers_;
   ActorRef self_;
   bool own_thread_ = false;
+  bool inline_requests_ = false;
 };
 
 /// Builds an actor from spawn_on's arguments.

@@ -7,6 +7,7 @@
 //   int64_t v = g.get();                                // throws ActorError on failure or timeout
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -22,6 +23,15 @@
 namespace troupe::actors {
 namespace detail {
 
+/// @private: an actor of this process that can run a queued request on the thread waiting for it
+/// (system.cpp's mailbox; see Actor::allow_inline_requests).
+class InlineRunner {
+ public:
+  virtual ~InlineRunner() = default;
+  /// Runs request `id` here when it is first in the actor's mailbox and the actor is idle; true when it ran.
+  virtual bool run_inline(uint64_t id) = 0;
+};
+
 /// The shared state of one request: completed once (a value or an error), by the reply, by the peer's
 /// death or by the deadline, whichever comes first.
 class CallState {
@@ -29,7 +39,10 @@ class CallState {
   using Clock = std::chrono::steady_clock;
   /// `what`: "request 'add' to actor 'counter' (rank 1)"; `deadline`: when it fails unanswered.
   CallState(std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout)
-      : what_(std::move(what)), deadline_(deadline), timeout_(timeout) {}
+      : what_(std::move(what)), has_what_(true), deadline_(deadline), timeout_(timeout) {}
+  /// The request `method` to `to`: what() is made from them when first asked for (most requests never are).
+  CallState(std::string method, const ActorRef& to, Clock::time_point deadline, std::chrono::milliseconds timeout)
+      : method_(std::move(method)), to_name_(to.name()), to_rank_(to.rank()), deadline_(deadline), timeout_(timeout) {}
   /// Completes with a value; false when it was already complete.
   bool complete(Value v);
   /// Completes with an error (the full text thrown to waiters); false when it was already complete.
@@ -49,25 +62,43 @@ class CallState {
   /// The error text (valid once failed()).
   const std::string& error() const { return error_; }
   /// What the request was, for error texts.
-  const std::string& what() const { return what_; }
+  const std::string& what() const;
   /// When the request fails unanswered.
   Clock::time_point deadline() const { return deadline_; }
   /// The request's timeout.
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// Lets a waiter run request `id` itself on `runner` (set before the Future is handed out).
+  void set_inline(std::weak_ptr<InlineRunner> runner, uint64_t id) {
+    runner_ = std::move(runner);
+    runner_id_ = id;
+  }
+  /// Runs the request on this thread when its actor allows it, is idle and has it first; else nothing.
+  void try_inline() const {
+    if (runner_id_ == 0) return;
+    if (auto r = runner_.lock()) r->run_inline(runner_id_);
+  }
 
  private:
   bool finish(bool failed, Value v, std::string error);
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  std::atomic<bool> ready_{false};         // done_, read without the lock
+  mutable std::atomic<int> sleepers_{0};  // waiters blocked on cv_ (finish notifies only when there are any)
   bool done_ = false;
   bool failed_ = false;
   Value value_;
   std::string error_;
   std::vector<std::function<void()>> callbacks_;
-  std::string what_;
+  std::string method_;  // no ActorRef: a Future kept after its actor ended must not keep the actor alive
+  std::string to_name_;
+  int to_rank_ = -1;
+  mutable std::string what_;
+  mutable bool has_what_ = false;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
+  std::weak_ptr<InlineRunner> runner_;
+  uint64_t runner_id_ = 0;
 };
 using CallStatePtr = std::shared_ptr<CallState>;
 
@@ -83,6 +114,8 @@ T result_as(const CallState& s) {
 
 /// Sends method(args) to `to`; with want_reply, registers it and returns its state (else null).
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply);
+/// Fails `s` at its deadline even when nobody waits (then() continuations depend on it).
+void watch_deadline(const CallStatePtr& s);
 
 }  // namespace detail
 
@@ -108,9 +141,11 @@ class Future {
     return s_->done();
   }
   /// Waits for the result, at most until the request's deadline; throws ActorError if the request
-  /// failed, timed out or its actor is gone.
+  /// failed, timed out or its actor is gone. (An actor that allow_inline_requests() runs the request on
+  /// this thread instead when it is idle and has nothing queued before it.)
   void wait() const {
     if (!s_) throw ActorError("[actors] wait() on an empty Future");
+    s_->try_inline();
     if (!s_->wait_until(s_->deadline())) s_->expire();
     if (s_->failed()) throw ActorError(s_->error());
   }
@@ -129,6 +164,7 @@ class Future {
   auto then(F fn) const {
     using R = decltype(call(fn, std::declval<const detail::CallState&>()));
     auto next = std::make_shared<detail::CallState>(s_->what(), s_->deadline(), s_->timeout());
+    detail::watch_deadline(s_);
     s_->on_done([s = s_, next, fn = std::move(fn)]() mutable {
       if (s->failed()) {
         next->fail(s->error());

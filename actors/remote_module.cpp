@@ -158,6 +158,7 @@ class ModuleHost : public Actor {
     std::vector<std::string> paths;  // what actors::inspect shows of this host
     for (const auto& [path, m] : root_->named_modules()) paths.push_back((path.empty() ? "(root)" : path) + " (" + m->name() + ")");
     detail::note_hosted_modules(this, std::move(paths));
+    allow_inline_requests();  // a caller in this process waiting on an idle host runs the call itself
     handle_list("fwd", [this](const List& a) { return forward(a); });
     handle("bwd", [this](int64_t key, List grads) { return backward(key, grads); });
     handle("rel", [this](int64_t key) { recorded_.erase(key); });

@@ -5,13 +5,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/io/all.hpp>
@@ -21,6 +24,7 @@
 #include <troupe/actors/internal/gate.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
+#include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::actors {
@@ -35,13 +39,201 @@ int64_t env_int(const char* name, int64_t fallback) {
 }
 }  // namespace
 
-ActorRef make_ref(caf::actor h, std::string name, int rank) {
-  auto impl = std::make_shared<RefImpl>();
-  impl->handle = std::move(h);
-  impl->name = std::move(name);
-  impl->rank = rank;
-  return ActorRef(std::move(impl));
+class System;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
+
+/// A lock for the few instructions a mailbox holds it (a push, a swap): spins, then yields the core, never
+/// sleeps in the kernel (a std::mutex made the sender and the draining actor wake each other with futex
+/// calls at every contended push).
+class SpinLock {
+ public:
+  void lock() {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins < 64) cpu_relax();
+        else std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+/// One queued message of an actor in this process: a Call, whom to answer when it came from another
+/// process, or the stop marker ActorRef::stop() queues (so it lands after what was sent before it).
+struct Item {
+  Call call;
+  caf::strong_actor_ptr reply_to;  // set when it came from another process: the Reply goes there
+  bool exit = false;
+  CallStatePtr state;  // a request from this process: completed directly, no id lookup
+};
+
+/// A FIFO of Items in blocks of kBlock; emptied blocks are kept (up to kKeep) and reused, so a burst of
+/// messages lands in warm memory instead of growing a vector into fresh pages. Not thread-safe: the
+/// host's lock guards it.
+class ItemQueue {
+ public:
+  static constexpr size_t kBlock = 64;
+  struct Block {
+    Item items[kBlock];
+    size_t begin = 0, end = 0;
+    Block* next = nullptr;
+  };
+  ItemQueue() = default;
+  ItemQueue(const ItemQueue&) = delete;
+  ItemQueue& operator=(const ItemQueue&) = delete;
+  ~ItemQueue() {
+    free_chain(head_);
+    free_chain(free_);
+  }
+  bool empty() const { return head_ == nullptr; }
+  void push(Item&& it) {
+    if (!tail_ || tail_->end == kBlock) {
+      Block* b = fresh();
+      (tail_ ? tail_->next : head_) = b;
+      tail_ = b;
+    }
+    tail_->items[tail_->end++] = std::move(it);
+  }
+  /// The i-th queued item, or null.
+  Item* at(size_t i) {
+    for (Block* b = head_; b; b = b->next) {
+      if (i < b->end - b->begin) return &b->items[b->begin + i];
+      i -= b->end - b->begin;
+    }
+    return nullptr;
+  }
+  /// Removes the first item into `out`.
+  void pop_front(Item& out) {
+    out = std::move(head_->items[head_->begin]);
+    head_->items[head_->begin++] = Item();
+    if (head_->begin == head_->end) {
+      Block* b = head_;
+      head_ = b->next;
+      if (!head_) tail_ = nullptr;
+      recycle(b);
+    }
+  }
+  /// Every queued block, for the caller to run without the lock and hand back (give_back).
+  Block* take_all() {
+    Block* h = head_;
+    head_ = tail_ = nullptr;
+    return h;
+  }
+  /// Keeps the blocks of a chain from take_all(), whose items were reset.
+  void give_back(Block* chain) {
+    while (chain) {
+      Block* n = chain->next;
+      recycle(chain);
+      chain = n;
+    }
+  }
+
+ private:
+  static constexpr size_t kKeep = 16;
+  Block* fresh() {
+    if (!free_) return new Block;
+    Block* b = free_;
+    free_ = b->next;
+    --n_free_;
+    b->begin = b->end = 0;
+    b->next = nullptr;
+    return b;
+  }
+  void recycle(Block* b) {
+    if (n_free_ >= kKeep) {
+      delete b;
+      return;
+    }
+    b->next = free_;
+    free_ = b;
+    ++n_free_;
+  }
+  static void free_chain(Block* b) {
+    while (b) {
+      Block* n = b->next;
+      delete b;
+      b = n;
+    }
+  }
+  Block* head_ = nullptr;
+  Block* tail_ = nullptr;
+  Block* free_ = nullptr;
+  size_t n_free_ = 0;
+};
+
+/// A troupe actor in this process: its Actor and its mailbox. A message from this process is queued here
+/// under the host's lock (no CAF message of its own); a `tr_drain` CAF message wakes the CAF actor when it
+/// is idle, which then runs what is queued, one message at a time, in arrival order. Calls from other
+/// processes arrive as CAF messages and join the same queue. When the Actor allows it, a thread waiting
+/// for a request that is first in the queue of an idle host runs it itself (run_inline).
+struct Host : InlineRunner {
+  std::unique_ptr<Actor> actor;
+  std::string name;
+  int rank = -1;
+  System* sys = nullptr;
+  caf::actor_addr addr;
+  bool inline_ok = false;
+
+  /// Queues `it`, waking the actor when it is idle; the reason it ended instead when it has.
+  std::optional<std::string> push(Item&& it, const caf::actor& handle) {
+    bool post;
+    {
+      std::lock_guard<SpinLock> g(mu_);
+      if (closed_) return closed_reason_;
+      q_.push(std::move(it));
+      post = !running_ && !posted_;
+      if (post) posted_ = true;
+    }
+    if (post) caf::anon_send(handle, tr_drain_atom::value);
+    return std::nullopt;
+  }
+  /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
+  void push_remote(caf::event_based_actor* self, Call&& c, caf::strong_actor_ptr sender) {
+    {
+      std::lock_guard<SpinLock> g(mu_);
+      if (closed_) return;
+      q_.push(Item{std::move(c), std::move(sender), false, nullptr});
+      if (running_ || posted_) return;
+    }
+    drain(self, false);
+  }
+  /// Runs what is queued (on the CAF actor), at most kBudget messages before it lets CAF deliver what
+  /// else waits for the actor (an exit) and comes back.
+  void drain(caf::event_based_actor* self, bool from_post);
+  bool run_inline(uint64_t id) override;
+  /// The handler of `method` (null: none), remembering the last one looked up.
+  Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
+    if (last_handler_ && method == last_method_) return last_handler_;
+    auto it = handlers.find(method);
+    if (it == handlers.end()) return nullptr;
+    last_method_ = method;
+    return last_handler_ = &it->second;
+  }
+  /// The actor ended (`reason` in words): fails the requests still queued (and those of `left`),
+  /// refuses later ones.
+  void close(const std::string& reason, std::vector<Item> left = {});
+
+ private:
+  static constexpr size_t kBudget = 4096;  // messages per tr_drain
+  void run(Item& it);
+
+  SpinLock mu_;
+  ItemQueue q_;                        // queued, in arrival order
+  bool running_ = false;               // a handler runs (on the actor, or on a waiting caller's thread)
+  bool posted_ = false;                // a tr_drain is on its way
+  bool closed_ = false;
+  std::string closed_reason_;
+  std::string last_method_;  // the last handler looked up
+  Handler* last_handler_ = nullptr;
+};
 
 /// The process's actor system: one per process, shared by the ranks that live in it.
 class System {
@@ -102,21 +294,63 @@ class System {
     h->name = name;
     h->rank = rank;
     h->sys = this;
+    h->inline_ok = ActorAccess::inline_requests(*h->actor);
     caf::actor a = ActorAccess::own_thread(*h->actor) ? system_->spawn<caf::detached>(host_behavior, h)
                                                       : system_->spawn(host_behavior, h);
-    ActorRef ref = make_ref(a, name, rank);
-    ActorAccess::set_self(*h->actor, ref);
+    h->addr = a.address();
     {
       std::lock_guard<std::mutex> g(mu_);
       local_actors_.push_back(a.address());
+      hosts_[a.id()] = h;
     }
+    ActorRef ref = make_ref(a, name, rank);
+    ActorAccess::set_self(*h->actor, ref);
     return ref;
+  }
+
+  /// The mailbox of `a` when it is an actor of this process.
+  std::weak_ptr<Host> find_host(const caf::actor& a) {
+    if (!a || a.node() != system_->node()) return {};
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = hosts_.find(a.id());
+    return it == hosts_.end() ? std::weak_ptr<Host>() : it->second;
+  }
+  void forget_host(caf::actor_id id) {
+    std::lock_guard<std::mutex> g(mu_);
+    hosts_.erase(id);
+  }
+  const caf::node_id& node() const { return system_->node(); }
+
+  /// Sends to an actor of this process: through its mailbox, with no CAF message unless it is idle.
+  CallStatePtr issue_local(const ActorRef& to, Host& host, const std::string& method, List args, bool want_reply,
+                           const std::function<std::string()>& what) {
+    CallStatePtr state;
+    uint64_t id = 0;
+    const RefImpl& ri = *to.impl();
+    if (want_reply) {
+      auto timeout = to.timeout();
+      state = std::make_shared<CallState>(method, to, CallState::Clock::now() + timeout, timeout);
+      id = next_id_++;
+      if (host.inline_ok) state->set_inline(ri.local, id);
+    }
+    Item it;
+    it.call.id = id;
+    it.call.method = method;
+    it.call.args.values = std::move(args);
+    it.state = state;
+    if (auto gone = host.push(std::move(it), ri.handle)) {
+      if (!state) throw ActorError("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
+      state->fail("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
+    }
+    return state;
   }
 
   CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
     // The hot path of one-way messages: no strings built, one uncontended lock.
     auto what = [&] { return "request '" + method + "' to actor " + to.str(); };
     if (!to.valid()) throw ActorError("[actors] " + what() + ": the ActorRef is empty");
+    if (!running_) throw ActorError("[actors] " + what() + ": the actor runtime stopped");
+    if (auto host = to.impl()->local.lock()) return issue_local(to, *host, method, std::move(args), want_reply, what);
     CallStatePtr state;
     if (want_reply) {
       auto timeout = to.timeout();
@@ -183,11 +417,27 @@ class System {
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor is gone (" + reason + ")");
   }
 
+  /// Fails `s` at its deadline even when nobody waits (requests in this process are not in pending_).
+  void watch(const CallStatePtr& s) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (running_) watched_.push_back(s);  // weak: a state nobody holds any more needs no deadline
+  }
+
   void sweep() {
     std::vector<CallStatePtr> expired;
     auto now = CallState::Clock::now();
     {
       std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = 0; i < watched_.size();) {
+        auto st = watched_[i].lock();
+        if (!st || st->done() || st->deadline() <= now) {
+          if (st && !st->done()) expired.push_back(std::move(st));
+          watched_[i] = std::move(watched_.back());
+          watched_.pop_back();
+        } else {
+          ++i;
+        }
+      }
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.state->deadline() <= now || it->second.state->done()) {
           expired.push_back(std::move(it->second.state));
@@ -244,10 +494,14 @@ class System {
       running_ = false;
       for (auto& [id, p] : pending_) failed.push_back(std::move(p.state));
       pending_.clear();
+      for (auto& w : watched_)
+        if (auto st = w.lock()) failed.push_back(std::move(st));
+      watched_.clear();
       actors.swap(local_actors_);
       services_.clear();
     }
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor runtime stopped");
+    failed.clear();  // a state's value may hold an ActorRef: none may outlive this into system_.reset()
     for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     router_ = nullptr;
@@ -261,12 +515,6 @@ class System {
   struct Pending {
     CallStatePtr state;
     caf::actor_addr target;
-  };
-  struct Host {
-    std::unique_ptr<Actor> actor;
-    std::string name;
-    int rank = -1;
-    System* sys = nullptr;
   };
 
   /// Why an actor ended, in words ("stopped", "its process is unreachable", or CAF's text).
@@ -307,40 +555,46 @@ class System {
   }
 
   static caf::behavior host_behavior(caf::event_based_actor* self, std::shared_ptr<Host> h) {
-    // On exit (stop(), or a failure) the rank's directory forgets the name.
-    if (h->name != service_name(h->rank)) {
-      System* sys = h->sys;
-      int rank = h->rank;
-      std::string name = h->name;
-      self->attach_functor([sys, rank, name](const caf::error&) {
-        try {
-          if (sys->running_) sys->service(rank).send("forget", name);
-        } catch (const std::exception&) {
-        }
-      });
-    }
+    // On exit (stop(), or a failure) the queued requests fail and the rank's directory forgets the name.
+    System* sys = h->sys;
+    caf::actor_id id = self->id();
+    const bool named = h->name != service_name(h->rank);
+    // (It holds the host: CAF drops the behavior, and with it the other reference, before it runs this.)
+    self->attach_functor([sys, id, named, h, rank = h->rank, name = h->name](const caf::error& reason) {
+      sys->forget_host(id);
+      h->close(describe_exit(sys, reason));
+      if (!named) return;
+      try {
+        if (sys->running_) sys->service(rank).send("forget", name);
+      } catch (const std::exception&) {
+      }
+    });
     return {
-        [=](Call& c) { dispatch(self, *h, c); },
+        [=](Call& c) { h->push_remote(self, std::move(c), self->current_sender()); },
+        [=](tr_drain_atom) { h->drain(self, true); },
     };
   }
 
-  static void dispatch(caf::event_based_actor* self, Host& h, Call& c) {
+ public:
+  /// Runs one message of `h` (on its CAF actor or on a waiting caller) and answers it.
+  static void dispatch(Host& h, Item& item) {
+    Call& c = item.call;
     Value result;
     std::string error;
     auto& handlers = ActorAccess::handlers(*h.actor);
-    auto it = handlers.find(c.method);
+    Handler* fn = nullptr;
     if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
     if (!error.empty()) {
       // the tensor data of the arguments did not arrive
     } else if (!c.args.decode_error().empty()) {
       error = "its arguments could not be decoded: " + c.args.decode_error();
-    } else if (it == handlers.end()) {
+    } else if (!(fn = h.handler(handlers, c.method))) {
       std::string known;
       for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
       error = "it has no method '" + c.method + "' (its methods: " + known + ")";
     } else {
       try {
-        result = it->second(c.args.values);
+        result = (*fn)(c.args.values);
       } catch (const std::exception& e) {
         error = std::string("the handler threw: ") + e.what();
       } catch (...) {
@@ -355,18 +609,23 @@ class System {
       }
       return;
     }
-    const auto& sender = self->current_sender();
-    if (!sender) return;
-    if (sender->node() == self->home_system().node()) {
+    if (item.state) {  // a request from this process
+      if (ok) item.state->complete(std::move(result));
+      else item.state->fail("[actors] " + item.state->what() + " failed: " + error);
+      return;
+    }
+    const auto& sender = item.reply_to;
+    if (!sender || sender->node() == h.sys->node()) {
       h.sys->finish(c.id, ok, std::move(result), error);  // same process: complete the Future directly
     } else {
       Reply r{c.id, ok, std::move(error), Payload{}};
       if (ok) r.result.values.push_back(std::move(result));
       if (ok && c.from_rank >= 0) send_data_plane(r.result, c.from_rank);
-      self->send(caf::actor_cast<caf::actor>(sender), std::move(r));
+      caf::anon_send(caf::actor_cast<caf::actor>(sender), std::move(r));
     }
   }
 
+ private:
   int first_rank_;
   int local_ranks_;
   int size_;
@@ -378,9 +637,11 @@ class System {
   std::mutex mu_;
   std::atomic<bool> running_{true};
   std::atomic<uint64_t> next_id_{1};
-  std::unordered_map<uint64_t, Pending> pending_;
+  std::unordered_map<uint64_t, Pending> pending_;  // requests to actors of other processes
+  std::vector<std::weak_ptr<CallState>> watched_;               // then() on requests in this process: failed at their deadline
   std::set<caf::actor_addr> monitored_;
   std::map<caf::actor_addr, std::string> dead_;
+  std::unordered_map<caf::actor_id, std::weak_ptr<Host>> hosts_;  // the mailboxes of this process's actors
   std::atomic<size_t> n_dead_{0};
   std::vector<ActorRef> services_;
   std::vector<caf::actor_addr> local_actors_;
@@ -407,6 +668,112 @@ std::shared_ptr<System> require_current(const char* fn) {
   return s;
 }
 }  // namespace
+
+ActorRef make_ref(caf::actor h, std::string name, int rank) {
+  auto impl = std::make_shared<RefImpl>();
+  if (System* s = g_raw.load(std::memory_order_acquire)) impl->local = s->find_host(h);
+  impl->handle = std::move(h);
+  impl->name = std::move(name);
+  impl->rank = rank;
+  return ActorRef(std::move(impl));
+}
+
+// ---- Host: the mailbox of an actor in this process
+
+void Host::run(Item& it) { System::dispatch(*this, it); }
+
+void Host::drain(caf::event_based_actor* self, bool from_post) {
+  std::unique_lock<SpinLock> lk(mu_);
+  if (from_post) posted_ = false;
+  size_t done = 0;
+  while (!running_ && !closed_ && !q_.empty()) {
+    if (done >= kBudget) {
+      if (!posted_) {
+        posted_ = true;
+        lk.unlock();
+        caf::anon_send(caf::actor_cast<caf::actor>(self), tr_drain_atom::value);
+      }
+      return;
+    }
+    ItemQueue::Block* chain = q_.take_all();
+    running_ = true;
+    lk.unlock();
+    bool stop = false;
+    std::vector<Item> rest;  // after ActorRef::stop()'s marker: they fail, as after CAF's exit
+    for (ItemQueue::Block* b = chain; b; b = b->next) {
+      for (size_t k = b->begin; k < b->end; ++k) {
+        Item& it = b->items[k];
+        if (it.exit) stop = true;
+        else if (stop) rest.push_back(std::move(it));
+        else run(it);
+        it = Item();
+        ++done;
+      }
+    }
+    if (stop) {
+      lk.lock();
+      q_.give_back(chain);
+      running_ = false;
+      lk.unlock();
+      close("it was stopped (user_shutdown)", std::move(rest));
+      self->quit(caf::exit_reason::user_shutdown);
+      return;
+    }
+    lk.lock();
+    q_.give_back(chain);
+    running_ = false;
+  }
+}
+
+bool Host::run_inline(uint64_t id) {
+  if (!inline_ok) return false;
+  // The request and the few queued before it (a one-way message such as RemoteModule's "rel") run here,
+  // in their order; a stop marker before it leaves it to the actor.
+  constexpr size_t kAhead = 8;
+  std::array<Item, kAhead + 1> here;
+  size_t n = 0;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_ || running_ || q_.empty()) return false;
+    for (Item* it; n <= kAhead && (it = q_.at(n)) && !it->exit; ++n) {
+      if (it->call.id == id && !it->reply_to) break;
+    }
+    Item* mine = q_.at(n);
+    if (n > kAhead || !mine || mine->exit) return false;
+    for (size_t k = 0; k <= n; ++k) q_.pop_front(here[k]);
+    running_ = true;
+  }
+  {
+    InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
+    for (size_t k = 0; k <= n; ++k) run(here[k]);
+  }
+  bool post;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    running_ = false;
+    post = !q_.empty() && !posted_ && !closed_;
+    if (post) posted_ = true;
+  }
+  if (post) {
+    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, tr_drain_atom::value);
+  }
+  return true;
+}
+
+void Host::close(const std::string& reason, std::vector<Item> left) {
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_) return;
+    closed_ = true;
+    closed_reason_ = reason;
+    while (!q_.empty()) {
+      left.emplace_back();
+      q_.pop_front(left.back());
+    }
+  }
+  for (auto& x : left)
+    if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
+}
 
 DataPlane g_data_plane;
 std::atomic<bool> g_has_data_plane{false};
@@ -448,6 +815,10 @@ std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout) {
   return "";
 }
 
+void watch_deadline(const CallStatePtr& st) {
+  if (System* s = g_raw.load(std::memory_order_acquire)) s->watch(st);
+}
+
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
   System* s = g_raw.load(std::memory_order_acquire);
   if (!s) require_current("request");  // throws the error
@@ -483,7 +854,14 @@ ActorRef ActorRef::with_timeout(std::chrono::milliseconds t) const {
   return r;
 }
 void ActorRef::stop() const {
-  if (impl_) caf::anon_send_exit(impl_->handle, caf::exit_reason::user_shutdown);
+  if (!impl_) return;
+  if (auto h = impl_->local.lock()) {  // in this process: after what this thread queued before
+    detail::Item it;
+    it.exit = true;
+    h->push(std::move(it), impl_->handle);
+    return;
+  }
+  caf::anon_send_exit(impl_->handle, caf::exit_reason::user_shutdown);
 }
 bool ActorRef::operator==(const ActorRef& o) const {
   if (!impl_ || !o.impl_) return impl_ == o.impl_;

@@ -64,8 +64,9 @@ bool CallState::finish(bool failed, Value v, std::string error) {
     value_ = std::move(v);
     error_ = std::move(error);
     cbs.swap(callbacks_);
+    ready_.store(true, std::memory_order_release);
   }
-  cv_.notify_all();
+  if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   for (auto& f : cbs) f();
   return true;
 }
@@ -73,14 +74,11 @@ bool CallState::finish(bool failed, Value v, std::string error) {
 bool CallState::complete(Value v) { return finish(false, std::move(v), {}); }
 bool CallState::fail(std::string error) { return finish(true, Value(), std::move(error)); }
 bool CallState::expire() {
-  return fail("[actors] " + what_ + " timed out after " + std::to_string(timeout_.count()) +
+  return fail("[actors] " + what() + " timed out after " + std::to_string(timeout_.count()) +
               " ms (no reply; TROUPE_ACTOR_TIMEOUT sets the default, in seconds)");
 }
 
-bool CallState::done() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return done_;
-}
+bool CallState::done() const { return ready_.load(std::memory_order_acquire); }
 
 bool CallState::failed() const {
   std::lock_guard<std::mutex> g(mu_);
@@ -89,7 +87,20 @@ bool CallState::failed() const {
 
 bool CallState::wait_until(Clock::time_point tp) const {
   std::unique_lock<std::mutex> g(mu_);
-  return cv_.wait_until(g, tp, [&] { return done_; });
+  if (done_) return true;
+  sleepers_.fetch_add(1, std::memory_order_acq_rel);
+  bool r = cv_.wait_until(g, tp, [&] { return done_; });
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  return r;
+}
+
+const std::string& CallState::what() const {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!has_what_) {
+    what_ = "request '" + method_ + "' to actor '" + to_name_ + "' (rank " + std::to_string(to_rank_) + ")";
+    has_what_ = true;
+  }
+  return what_;
 }
 
 void CallState::on_done(std::function<void()> fn) {

@@ -18,14 +18,19 @@ namespace troupe::actors::detail {
 
 using tr_tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
 using tr_mon_atom = caf::atom_constant<caf::atom("tr_mon")>;
+using tr_drain_atom = caf::atom_constant<caf::atom("tr_drain")>;
+
+struct Host;
 
 /// What an ActorRef holds.
 struct RefImpl {
   caf::actor handle;
   std::string name;
   int rank = -1;
+  /// The actor's mailbox when it lives in this process (same-process messages skip CAF's mailbox).
+  std::weak_ptr<Host> local;
 };
-/// An ActorRef on `h`.
+/// An ActorRef on `h` (with its mailbox when `h` lives in this process).
 ActorRef make_ref(caf::actor h, std::string name, int rank);
 
 /// Values of a message. In one process they pass as they are (tensors by handle); across processes as

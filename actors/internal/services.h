@@ -16,6 +16,7 @@ struct ActorAccess {
   static std::unordered_map<std::string, Handler>& handlers(Actor& a) { return a.handlers_; }
   static void set_self(Actor& a, ActorRef r) { a.self_ = std::move(r); }
   static bool own_thread(const Actor& a) { return a.own_thread_; }
+  static bool inline_requests(const Actor& a) { return a.inline_requests_; }
 };
 
 /// The factory registered as `name`, or null (value.cpp).
