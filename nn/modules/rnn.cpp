@@ -199,7 +199,9 @@ std::vector<Tensor> fused_forward(CellKind kind, const Tensor& x_in, const Tenso
   }
   s.act = xp;
   (void)B;
-  return {s.out, hbuf, cbuf};
+  // the output is returned as an alias: the recorded op's closure keeps s.out, and the output gets that
+  // op as its grad_fn (the same TensorImpl in both would be a reference cycle)
+  return {s.out.detach(), hbuf, cbuf};
 }
 
 /// Gradients of (x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr) (undefined where the input is) from those of
