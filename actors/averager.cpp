@@ -26,9 +26,9 @@ std::atomic<int64_t> g_next_averager{1};
 
 // Copies: in one process a reply passes tensors by handle, and the averager goes on updating its own.
 List pairs_of(const nn::StateDict& d) {
-  List l;
-  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t.detach().clone())});
-  return l;
+  nn::StateDict copy;
+  for (const auto& [k, t] : d) copy.insert_or_assign(k, t.detach().clone());
+  return detail::state_pairs(copy);
 }
 
 /// A module whose parameters and buffers are the tensors of one snapshot, in the trainer's order:
@@ -69,12 +69,7 @@ class AveragerActor : public Actor {
     // a consistent cut: the averaged model and the versions in it; and its restore
     handle("ckpt", [this] { return List{Value(pairs_of(avg_->state_dict())), to_value(applied_)}; });
     handle("restore", [this](Value sd, std::vector<int64_t> applied) {
-      nn::StateDict d;
-      for (const auto& e : sd.as<List>()) {
-        const List& p = e.as<List>();
-        d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).as<Tensor>());
-      }
-      avg_->load_state_dict(d);
+      avg_->load_state_dict(detail::state_dict_from(sd));
       applied_ = std::move(applied);
     });
     handle("sd", [this] { return Value(pairs_of(avg_->state_dict())); });
@@ -322,14 +317,7 @@ int64_t Averager::coalesced() const {
 }
 std::vector<int64_t> Averager::applied_versions() { return ref().request<std::vector<int64_t>>("applied").get(); }
 
-nn::StateDict Averager::state_dict() const {
-  nn::StateDict out;
-  for (const auto& e : ref().request<List>("sd").get()) {
-    const List& p = e.as<List>();
-    out.insert_or_assign(p.at(0).as<std::string>(), p.at(1).as<Tensor>());
-  }
-  return out;
-}
+nn::StateDict Averager::state_dict() const { return detail::state_dict_from(ref().request<Value>("sd").get()); }
 
 void Averager::load_into(nn::Module& model) const {
   nn::StateDict all = state_dict(), mine;

@@ -103,20 +103,8 @@ std::vector<bool> needs_of(const std::vector<Tensor>& ts) {
   return out;
 }
 
-List pairs_of(const OrderedDict<std::string, Tensor>& d) {
-  List l;
-  l.reserve(d.size());
-  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t)});
-  return l;
-}
-OrderedDict<std::string, Tensor> dict_of(const Value& v) {
-  OrderedDict<std::string, Tensor> d;
-  for (const auto& e : v.as<List>()) {
-    const List& p = e.as<List>();
-    d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).is_none() ? Tensor() : p.at(1).as<Tensor>());
-  }
-  return d;
-}
+List pairs_of(const OrderedDict<std::string, Tensor>& d) { return detail::state_pairs(d); }
+OrderedDict<std::string, Tensor> dict_of(const Value& v) { return detail::state_dict_from(v); }
 List strings(const std::vector<std::string>& xs) {
   List l;
   for (const auto& s : xs) l.emplace_back(s);
@@ -445,6 +433,22 @@ List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::
   return List{Value("factory"), Value(f), Value(std::move(args))};
 }
 
+List state_pairs(const nn::StateDict& d) {
+  List l;
+  l.reserve(d.size());
+  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t)});
+  return l;
+}
+
+nn::StateDict state_dict_from(const Value& v) {
+  nn::StateDict d;
+  for (const auto& e : v.as<List>()) {
+    const List& p = e.as<List>();
+    d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).is_none() ? Tensor() : p.at(1).as<Tensor>());
+  }
+  return d;
+}
+
 void drop_handoff(const List& spec) {
   if (spec.empty() || spec[0].as<std::string>() != "handoff") return;
   std::lock_guard<std::mutex> g(g_mu);
@@ -623,7 +627,9 @@ nn::ModulePtr RemoteModule::clone(const std::optional<Device>&) const {
 
 // ---- forward
 
-Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) {
+// One forward request: `hooks` runs the host's call() (its hooks), else forward_args. With grad mode on
+// the result gets its RemoteCallNode when it arrives.
+Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks) {
   const bool grad = autograd::GradMode::is_enabled();
   std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
   List a;
@@ -631,8 +637,9 @@ Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) 
   for (const auto& v : args) a.push_back(to_value(v));
   List kw;
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
-  const int64_t key = (caller_rank_ << 44) | g_next_call++;
-  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 3 : 2), key, needs_of(inputs));
+  const int64_t key = next_key();
+  const int64_t flags = (grad ? 1 : 0) | (hooks ? 2 : 0);
+  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
   ActorRef h = host_;
   std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank());
   return f.then([inputs = std::move(inputs), h, key, what](List r) {
@@ -642,23 +649,14 @@ Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) 
   });
 }
 
+Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) { return send_forward(args, kwargs, true); }
+
 nn::Value RemoteModule::call(nn::Args args, nn::Kwargs kwargs) {
   return forward_async(std::move(args), std::move(kwargs)).get();
 }
 
 nn::Value RemoteModule::forward_args(const nn::Args& args, const nn::Kwargs& kwargs) {
-  // forward without the hooks (as Module::forward_args): flags bit 1 off
-  const bool grad = autograd::GradMode::is_enabled();
-  std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
-  List a;
-  for (const auto& v : args) a.push_back(to_value(v));
-  List kw;
-  for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
-  const int64_t key = (caller_rank_ << 44) | g_next_call++;
-  List r = host_.request<List>("fwd", path_, std::move(a), std::move(kw), int64_t(grad ? 1 : 0), key, needs_of(inputs)).get();
-  nn::Value out = from_value<nn::Value>(r.at(1));
-  if (!r.at(0).as<bool>()) return out;
-  return attach(std::move(out), inputs, host_, key, class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank()));
+  return send_forward(args, kwargs, false).get();  // without the hooks, as Module::forward_args
 }
 
 Tensor RemoteModule::forward(const Tensor& input) {

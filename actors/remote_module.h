@@ -77,6 +77,9 @@ List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::
 nn::ModulePtr build_module(const List& spec);
 /// @private Forgets a hand-off that was never taken (the spawn failed).
 void drop_handoff(const List& spec);
+/// @private A state_dict as a message value ([[key, tensor], ...], in order) and back.
+List state_pairs(const nn::StateDict& d);
+nn::StateDict state_dict_from(const Value& v);
 }  // namespace detail
 
 /// Hosts the module `factory(args)` on `rank` in a new host actor (named `name`, or "host<n>") and
@@ -195,6 +198,7 @@ class RemoteModule : public nn::Module {
  private:
   template <class R = Value, class... A>
   R ask(const std::string& method, A&&... args) const;
+  Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
   nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
                                bool always_call) ;
   RemoteModulePtr sub(const std::string& path, const std::string& class_name, bool training) const;

@@ -80,19 +80,8 @@ CollectorSpec decode(const List& l) {
   return s;
 }
 
-List pairs_of(const nn::StateDict& d) {
-  List l;
-  for (const auto& [k, t] : d) l.emplace_back(List{Value(k), Value(t)});
-  return l;
-}
-nn::StateDict dict_of(const Value& v) {
-  nn::StateDict d;
-  for (const auto& e : v.as<List>()) {
-    const List& p = e.as<List>();
-    d.insert_or_assign(p.at(0).as<std::string>(), p.at(1).as<Tensor>());
-  }
-  return d;
-}
+List pairs_of(const nn::StateDict& d) { return actors::detail::state_pairs(d); }
+nn::StateDict dict_of(const Value& v) { return actors::detail::state_dict_from(v); }
 
 // ---- the replay actor
 
