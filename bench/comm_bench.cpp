@@ -4,6 +4,7 @@
 // Samples alternate between the two, each the slowest rank's time of a timed loop; medians reported.
 // A third column, MPI_Iallreduce polled with MPI_Test (what the group issues underneath), separates
 // troupe's own overhead (queue, thread) from the cost of MPI's nonblocking collective.
+// `--threshold`: the small all-reduce algorithm against MPI_Iallreduce by size (threshold_sweep below).
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
 
@@ -38,8 +39,62 @@ double time_loop(int iters, F f) {
 
 }  // namespace
 
+// --threshold: the two all-reduce algorithms of the mpi group side by side, 1 KB to 4 MB: troupe's
+// recursive doubling (the small path, forced) and MPI_Iallreduce (the small path off), each through
+// pg->all_reduce, alternating, medians of 9 samples; prints the size below which the first is faster
+// (what the small all-reduce threshold, 64 KB by default, should be on this network).
+int threshold_sweep(const comm::ProcessGroupPtr& pg, bool quick) {
+  const int me = pg->rank();
+  const int64_t saved = comm::detail::mpi_small_allreduce_bytes();
+  if (me == 0) {
+    std::printf("all_reduce latency by algorithm, %d ranks, float32 SUM (us per call; ratio = Iallreduce / doubling)
+", pg->size());
+    std::printf("%10s %14s %14s %8s\n", "bytes", "doubling", "Iallreduce", "ratio");
+  }
+  int64_t crossover = -1;
+  for (int64_t bytes = 1024; bytes <= (int64_t{4} << 20); bytes *= 2) {
+    Tensor t = zeros({bytes / 4});
+    comm::detail::set_mpi_small_allreduce_bytes(0);
+    double one = time_loop(3, [&] { pg->all_reduce(t); });
+    int iters = std::max(3, std::min(5000, static_cast<int>((quick ? 0.005 : 0.03) / std::max(one, 1e-7))));
+    MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<double> doubling, nb;
+    for (int s = 0; s < (quick ? 3 : 9); ++s) {
+      auto run_d = [&] {
+        comm::detail::set_mpi_small_allreduce_bytes(int64_t{1} << 40);
+        doubling.push_back(time_loop(iters, [&] { pg->all_reduce(t); }));
+      };
+      auto run_nb = [&] {
+        comm::detail::set_mpi_small_allreduce_bytes(0);
+        nb.push_back(time_loop(iters, [&] { pg->all_reduce(t); }));
+      };
+      if (s % 2) { run_d(); run_nb(); } else { run_nb(); run_d(); }
+    }
+    const double d = median(doubling), i = median(nb);
+    if (d < i) crossover = bytes;
+    if (me == 0) {
+      std::printf("%10lld %14.1f %14.1f %8.2f\n", static_cast<long long>(bytes), d * 1e6, i * 1e6, i / d);
+      std::fflush(stdout);
+    }
+  }
+  if (me == 0) {
+    std::printf("recursive doubling faster up to %lld bytes (largest size where it won; threshold in use: %lld)\n",
+                static_cast<long long>(crossover), static_cast<long long>(saved));
+  }
+  comm::detail::set_mpi_small_allreduce_bytes(saved);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, threshold = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--threshold") == 0) threshold = true;
+    else {
+      std::fprintf(stderr, "comm_bench: unknown flag '%s' (flags: --quick, --threshold)\n", argv[i]);
+      return 2;
+    }
+  }
   auto pg = comm::make_mpi_world();  // initialises MPI (MPI_THREAD_MULTIPLE)
   int n = pg->size(), me = pg->rank();
   if (n < 2) {
@@ -47,6 +102,12 @@ int main(int argc, char** argv) {
     pg.reset();
     comm::mpi_finalize();
     return 0;
+  }
+  if (threshold) {
+    int rc = threshold_sweep(pg, quick);
+    pg.reset();
+    comm::mpi_finalize();
+    return rc;
   }
   // Correctness first: every rank contributes rank + 1.
   Tensor check = full({1 << 16}, me + 1.0);

@@ -3,6 +3,7 @@
 # tests/metrics/check_tfevents.py reads TensorBoard event files with it (the test skips without it).
 # libcpp-httplib-dev serves the live page (--dashboard), libjs-chart.js draws its curves (served from
 # /usr/share/javascript/chart.js at run time); chromium only loads that page in a test (it skips without).
+# iproute2 and nftables: tests/multihost makes its test hosts with `ip netns` and shapes a link with tc/nft.
 #   bash scripts/setup.sh                 libraries, tests
 #   bash scripts/setup.sh --with-torch    + libtorch-dev (benchmarks/demo compare against libtorch)
 #   bash scripts/setup.sh --with-browser  + chromium (scripts/test.sh: the dashboard's browser test)
@@ -30,6 +31,7 @@ packages=(
   libbenchmark-dev
   python3-protobuf
   libcpp-httplib-dev libjs-chart.js
+  iproute2 nftables
 )
 if [[ $with_torch == 1 ]]; then
   packages+=(libtorch-dev)

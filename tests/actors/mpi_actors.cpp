@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -199,16 +200,24 @@ TEST(MpiActors, AConnectionWithoutTheJobsSecretIsRefused) {
   MPI_ONLY();
   if (ctx.rank == 1) {
     // A raw client that tries rank 0's endpoint with a secret of its own.
+    // The endpoint is 127.0.0.1:port on one host, hostname:port across hosts (tests/multihost).
     std::string ep = rt.endpoint(0);
     auto colon = ep.rfind(':');
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(colon + 1))));
-    inet_pton(AF_INET, ep.substr(0, colon).c_str(), &a.sin_addr);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << ep;
-    EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
-    ::close(fd);
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    int rc = ::getaddrinfo(ep.substr(0, colon).c_str(), ep.substr(colon + 1).c_str(), &hints, &found);
+    EXPECT_EQ(rc, 0) << ep << ": " << gai_strerror(rc);
+    if (rc == 0) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      bool connected = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+      EXPECT_TRUE(connected) << ep;
+      if (connected) EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
+      ::close(fd);
+      ::freeaddrinfo(found);
+    }
+    // no ASSERT above: every rank must reach the barrier below, or the others wait in it
   }
   ctx.world->barrier();
   if (ctx.rank == 0) {
