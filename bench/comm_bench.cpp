@@ -47,8 +47,7 @@ int threshold_sweep(const comm::ProcessGroupPtr& pg, bool quick) {
   const int me = pg->rank();
   const int64_t saved = comm::detail::mpi_small_allreduce_bytes();
   if (me == 0) {
-    std::printf("all_reduce latency by algorithm, %d ranks, float32 SUM (us per call; ratio = Iallreduce / doubling)
-", pg->size());
+    std::printf("all_reduce latency by algorithm, %d ranks, float32 SUM (us per call; ratio = Iallreduce / doubling)\n", pg->size());
     std::printf("%10s %14s %14s %8s\n", "bytes", "doubling", "Iallreduce", "ratio");
   }
   int64_t crossover = -1;
