@@ -218,3 +218,32 @@ TEST(ParallelEnv, ErrorsNameTheWorker) {
   td.set("action", zeros({4}, kInt64));
   EXPECT_EQ(par.step(td).get("next.observation").size(0), 4);
 }
+
+// CartPole's one-pass step_and_maybe_reset equals EnvBase's (step, step_mdp, reset of the done copies)
+// on a twin environment, key for key, through many auto-resets.
+TEST(CartPole, StepAndMaybeResetEqualsTheGenericPath) {
+  CartPoleEnv fast(16, /*max_episode_steps=*/30), twin(16, 30);
+  fast.set_seed(11);
+  twin.set_seed(11);
+  TensorDict tf = fast.reset(), tt = twin.reset();
+  Generator g(5);
+  int64_t dones = 0;
+  for (int s = 0; s < 200; ++s) {
+    Tensor a = empty({16}, TensorOptions().dtype(kInt64));
+    for (int64_t i = 0; i < 16; ++i) a.data_ptr<int64_t>()[i] = static_cast<int64_t>(g.random64() % 2);
+    tf.set("action", a);
+    tt.set("action", a.clone());
+    auto [ff, nf] = fast.step_and_maybe_reset(tf);
+    auto [ft, nt] = twin.rl::EnvBase::step_and_maybe_reset(tt);
+    ASSERT_TRUE(equal(ff, ft)) << "frame at step " << s;
+    ASSERT_TRUE(equal(nf, nt)) << "next root at step " << s;
+    std::vector<std::string> kf, kt;
+    for (const auto& k : nf.keys(true, true)) kf.push_back(k.str());
+    for (const auto& k : nt.keys(true, true)) kt.push_back(k.str());
+    ASSERT_EQ(kf, kt);
+    dones += ff.get("next.done").sum().item<int64_t>();
+    tf = nf;
+    tt = nt;
+  }
+  EXPECT_GT(dones, 50);
+}
