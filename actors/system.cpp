@@ -233,6 +233,11 @@ struct Host : InlineRunner {
   void run(Item& it);
 
   SpinLock mu_;
+  // The queue length for introspection is pushed_ - taken_. Each has one writer at a time (pushed_ the
+  // sender under mu_, taken_ whoever runs the queue), so a relaxed load and store, not a locked add;
+  // taken_ sits on a cache line of its own, so that the drainer's store per message does not bounce
+  // the line the senders write.
+  std::atomic<int64_t> pushed_{0};
   ItemQueue q_;                        // queued, in arrival order
   bool running_ = false;               // a handler runs (on the actor, or on a waiting caller's thread)
   bool posted_ = false;                // a tr_drain is on its way
@@ -240,11 +245,9 @@ struct Host : InlineRunner {
   std::string closed_reason_;
   std::string last_method_;  // the last handler looked up
   Handler* last_handler_ = nullptr;
-  // The queue length for introspection: pushed_ - taken_. Each has one writer at a time (pushed_ under
-  // mu_, taken_ by whoever runs the queue), so a relaxed load and store, not a locked add.
-  std::atomic<int64_t> pushed_{0}, taken_{0};
   void count_pushed() { pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   void count_taken(int64_t n) { taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  alignas(64) std::atomic<int64_t> taken_{0};
 };
 
 /// The process's actor system: one per process, shared by the ranks that live in it.
