@@ -11,6 +11,7 @@
 #include <troupe/rl/cartpole.h>
 #include <troupe/rl/collector.h>
 #include <troupe/rl/multistep.h>
+#include <troupe/rl/parallel_env.h>
 #include <troupe/tensor/ops.h>
 
 using namespace troupe;
@@ -189,4 +190,29 @@ TEST(Policies, QValueAndEGreedy) {
   for (int64_t a : acts) differ += a != 0;
   EXPECT_GT(differ, 20);
   EXPECT_LT(differ, 90);
+}
+
+// A SyncDataCollector over a ParallelEnv (workers on threads): the batch holds every worker's copies, the
+// done copies are reset through the workers (partial resets) and trajectory ids stay consistent.
+TEST(SyncDataCollector, OverAParallelEnv) {
+  auto env = std::make_shared<rl::ParallelEnv>(3, [] { return std::make_shared<rl::CartPoleEnv>(2); });
+  env->set_seed(4);
+  rl::SyncDataCollector c(env, always(1), rl::SyncDataCollectorOptions().frames_per_batch(60).total_frames(120));
+  int batches = 0;
+  while (auto b = c.next()) {
+    ++batches;
+    EXPECT_EQ(b->batch_size(), (std::vector<int64_t>{6, 10}));
+    auto ids = ints(b->get("collector.traj_ids"));
+    auto done = ints(b->get("next.done"));
+    for (int64_t e = 0; e < 6; ++e)
+      for (int64_t t = 0; t + 1 < 10; ++t)
+        if (!done[e * 10 + t]) EXPECT_EQ(ids[e * 10 + t], ids[e * 10 + t + 1]) << e << " " << t;
+    // pushing right ends every episode within 10-20 steps: the reset observations are small
+    Tensor obs = b->get("observation");
+    for (int64_t e = 0; e < 6; ++e)
+      for (int64_t t = 1; t < 10; ++t)
+        if (done[e * 10 + t - 1]) EXPECT_LE(obs.select(0, e).select(0, t).abs().max().item<float>(), 0.05f);
+  }
+  EXPECT_EQ(batches, 2);
+  EXPECT_FALSE(c.take_episode_returns().empty());
 }
