@@ -88,11 +88,11 @@ nn::StateDict dict_of(const Value& v) { return actors::detail::state_dict_from(v
 // sampler: [] uniform, [alpha, beta, eps] prioritized
 TensorDictReplayBuffer make_buffer(int64_t capacity, int64_t seed, const List& sampler) {
   if (sampler.empty()) return TensorDictReplayBuffer(capacity, RandomSampler{}, static_cast<uint64_t>(seed));
-  if (sampler.size() != 3) throw ActorError("[rl] a replay sampler travels as [] or [alpha, beta, eps], got " + std::to_string(sampler.size()) + " fields");
-  return TensorDictReplayBuffer(capacity,
-                                PrioritizedSampler(capacity, actors::from_value<double>(sampler[0]), actors::from_value<double>(sampler[1]),
-                                                   actors::from_value<double>(sampler[2])),
-                                static_cast<uint64_t>(seed));
+  if (sampler.size() != 3)
+    throw ActorError("[rl] a replay sampler travels as [] or [alpha, beta, eps], got " + std::to_string(sampler.size()) + " fields");
+  using actors::from_value;
+  PrioritizedSampler p(capacity, from_value<double>(sampler[0]), from_value<double>(sampler[1]), from_value<double>(sampler[2]));
+  return TensorDictReplayBuffer(capacity, std::move(p), static_cast<uint64_t>(seed));
 }
 
 class ReplayActor : public actors::Actor {
@@ -103,26 +103,29 @@ class ReplayActor : public actors::Actor {
       if (pending_error_.empty()) return buf_.sample(n);
       std::string e;
       e.swap(pending_error_);
-      throw ActorError("an earlier update_priority failed: " + e);
+      throw ActorError("an earlier update_priority or set_beta failed: " + e);
     });
     // one-way: an error is kept for the next sample (and shows as the actor's last error)
-    handle("prio", [this](Tensor index, Tensor priority) {
-      try {
-        buf_.update_priority(index, priority);
-      } catch (const std::exception& e) {
-        pending_error_ = e.what();
-        throw;
-      }
-    });
-    handle("beta", [this](double beta) { buf_.sampler().set_beta(beta); });
+    handle("prio", [this](Tensor index, Tensor priority) { keep_error([&] { buf_.update_priority(index, priority); }); });
+    handle("beta", [this](double beta) { keep_error([&] { buf_.sampler().set_beta(beta); }); });
     handle("size", [this] { return buf_.size(); });
     handle("sd", [this] { return Value(pairs_of(buf_.state_dict())); });
     handle("load", [this](Value sd) { buf_.load_state_dict(dict_of(sd)); });
   }
 
  private:
+  template <class F>
+  void keep_error(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      pending_error_ = e.what();
+      throw;
+    }
+  }
+
   TensorDictReplayBuffer buf_;
-  std::string pending_error_;
+  std::string pending_error_;  // of a one-way message, thrown by the next sample
 };
 
 // ---- the collector worker actor

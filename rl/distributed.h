@@ -98,7 +98,8 @@ class RemoteReplayBuffer {
   /// from the same sender sees them, messages being ordered per sender). Errors (an index outside the
   /// stored frames, a uniform buffer) show in the actor's last error and fail the next request.
   void update_priority(const Tensor& index, const Tensor& priority) const;
-  /// Sets the importance-sampling exponent beta (annealed towards 1 by the learner); one-way.
+  /// Sets the importance-sampling exponent beta (annealed towards 1 by the learner); one-way (a uniform
+  /// buffer's refusal fails the next sample()).
   void set_beta(double beta) const;
   int64_t size() const;
   nn::StateDict state_dict() const;

@@ -190,7 +190,7 @@ TEST(RlActors, PrioritizedReplayActorAndItsCheckpoint) {
       // an update naming a frame not stored: the next sample says so
       replay.update_priority(tensor({7}).to(kInt64), tensor({1.0}));
       std::string e = error_of([&] { replay.sample(1); });
-      EXPECT_TRUE(contains(e, "an earlier update_priority failed")) << e;
+      EXPECT_TRUE(contains(e, "an earlier update_priority or set_beta failed")) << e;
       EXPECT_TRUE(contains(e, "index 7 outside the 4 stored frames")) << e;
       EXPECT_EQ(replay.sample(2).batch_size(), (std::vector<int64_t>{2}));  // it goes on
       // a uniform replay actor refuses priorities the same way
@@ -199,6 +199,10 @@ TEST(RlActors, PrioritizedReplayActorAndItsCheckpoint) {
       uniform.update_priority(arange(4, kInt64), ones({4}));
       e = error_of([&] { uniform.sample(1); });
       EXPECT_TRUE(contains(e, "samples uniformly")) << e;
+      uniform.set_beta(0.5);
+      e = error_of([&] { uniform.sample(1); });
+      EXPECT_TRUE(contains(e, "samples uniformly (no PrioritizedSampler)")) << e;
+      EXPECT_EQ(uniform.sample(3).batch_size(), (std::vector<int64_t>{3}));
       EXPECT_THROW(rl::RemoteReplayBuffer::spawn(rt, 1, 4, rl::PrioritizedReplayOptions{-1.0, 0.5, 0.0}), std::invalid_argument);
     }
     ctx.world->barrier();
