@@ -47,11 +47,16 @@ class AveragerActor : public Actor {
     swa::MultiAvgFn fn;
     if (avg == "ema") {
       fn = swa::get_ema_multi_avg_fn(decay);
+    } else if (avg == "copy") {
+      fn = [](std::vector<Tensor>& averaged, const std::vector<Tensor>& current, const Tensor&) {
+        NoGradGuard no_grad;
+        for (size_t i = 0; i < averaged.size(); ++i) averaged[i].copy_(current[i]);
+      };
     } else if (avg != "swa") {
       std::lock_guard<std::mutex> g(g_fn_mu);
       auto it = avg_fns().find(avg);
       if (it == avg_fns().end()) {
-        std::string known = "swa, ema";
+        std::string known = "swa, ema, copy";
         for (const auto& [k, f] : avg_fns()) known += ", " + k;
         throw ActorError("no averaging function '" + avg + "' (known: " + known +
                          "); register it on every rank with actors::register_avg_fn");
@@ -106,7 +111,7 @@ List snapshot_of(const nn::Module& model) {
 }  // namespace
 
 void register_avg_fn(const std::string& name, optim::swa_utils::MultiAvgFn fn) {
-  if (name == "swa" || name == "ema") throw ActorError("[actors] register_avg_fn: '" + name + "' is built in");
+  if (name == "swa" || name == "ema" || name == "copy") throw ActorError("[actors] register_avg_fn: '" + name + "' is built in");
   std::lock_guard<std::mutex> g(g_fn_mu);
   avg_fns()[name] = std::move(fn);
 }
@@ -116,6 +121,7 @@ struct Averager::Queue {
   ActorRef ref;
   int max_in_flight = 1;
   int64_t sent = 0;       // versions given out
+  int64_t update_every = 1, calls = 0;  // update() sends on every update_every-th call
   int64_t coalesced = 0;  // snapshots dropped for a newer one
   int64_t lost = 0;       // updates that died with a failed averager
   std::vector<std::pair<int64_t, Future<int64_t>>> in_flight;
@@ -218,6 +224,8 @@ void Averager::restart_locked(const std::string& why) {
 
 Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, AveragerOptions o, std::string name) {
   if (!model) throw ActorError("[actors] Averager::spawn: the model is null");
+  if (o.update_every < 1)
+    throw ActorError("[actors] Averager::spawn: update_every must be at least 1, got " + std::to_string(o.update_every));
   if (name.empty()) name = "troupe.averager" + std::to_string(g_next_averager++);
   // In one process the averager gets its own copy (the trainer keeps changing its model).
   nn::ModulePtr sent = rt.networked() ? model : model->clone();
@@ -238,6 +246,7 @@ Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, Aver
   q.spawn_args = args;
   q.max_restarts = o.max_restarts;
   q.checkpoint_every = o.checkpoint_every;
+  q.update_every = o.update_every;
   if (!rt.networked() && o.max_restarts > 0) q.model_template = model->clone();
   return a;
 }
@@ -249,6 +258,10 @@ void Averager::send_locked(std::unique_lock<std::mutex>&, int64_t version, List 
 
 int64_t Averager::update(const nn::Module& model) {
   if (!q_) throw ActorError("[actors] Averager::update on an empty handle");
+  {
+    std::lock_guard<std::mutex> g(q_->mu);
+    if (++q_->calls % q_->update_every != 0) return q_->sent;
+  }
   List snap = snapshot_of(model);
   std::unique_lock<std::mutex> lock(q_->mu);
   const int64_t version = ++q_->sent;

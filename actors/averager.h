@@ -28,8 +28,9 @@ namespace troupe::actors {
 
 /// How the averager averages and how far the trainer may run ahead.
 struct AveragerOptions {
-  /// "swa" (the equal-weight running mean, AveragedModel's default), "ema", or the name of a function
-  /// registered with register_avg_fn (on every rank).
+  /// "swa" (the equal-weight running mean, AveragedModel's default), "ema", "copy" (the averaged model
+  /// becomes the latest snapshot: a hard target-network update), or the name of a function registered
+  /// with register_avg_fn (on every rank).
   std::string avg = "swa";
   /// EMA decay (avg == "ema").
   double decay = 0.999;
@@ -47,6 +48,8 @@ struct AveragerOptions {
   int max_restarts = 0;
   /// Take a checkpoint (without waiting) after every this many applied updates (0: only checkpoint()).
   int64_t checkpoint_every = 0;
+  /// update() sends a snapshot only on every this many calls (the others return at once, no copy made).
+  int64_t update_every = 1;
 
   AveragerOptions& ema(double d) {
     avg = "ema";
@@ -55,6 +58,12 @@ struct AveragerOptions {
   }
   AveragerOptions& swa() {
     avg = "swa";
+    return *this;
+  }
+  /// Hard target-network updates (TorchRL's HardUpdate): a copy of the model every `every` update() calls.
+  AveragerOptions& hard(int64_t every) {
+    avg = "copy";
+    update_every = every;
     return *this;
   }
   AveragerOptions& with_buffers(bool b = true) {
@@ -83,7 +92,8 @@ class Averager {
 
   /// Sends a snapshot of `model`'s parameters and buffers as the next version, without waiting; when
   /// max_in_flight updates are travelling it waits in their place (replacing a waiting one). Returns
-  /// the version it was given.
+  /// the version it was given (with update_every K, only every K-th call sends; the others return the
+  /// last version sent).
   int64_t update(const nn::Module& model);
   /// Waits until every update made so far has been applied or dropped as coalesced; throws the
   /// averager's error if one failed.

@@ -40,7 +40,7 @@ Value encode_rank_info(const RankInfo& info) {
   List actors;
   for (const auto& a : info.actors) {
     actors.push_back(List{a.name, a.factory, a.messages, a.errors, a.busy_seconds, a.busy, a.current_method, a.spawned_at,
-                          a.last_message_at, a.last_error, strings(a.modules)});
+                          a.last_message_at, a.last_error, strings(a.modules), a.queued});
   }
   List colls;
   for (const auto& s : info.collectives) {
@@ -71,6 +71,7 @@ RankInfo decode_rank_info(const Value& v) {
     a.last_message_at = f.at(8).as<double>();
     a.last_error = f.at(9).as<std::string>();
     a.modules = from_value<std::vector<std::string>>(f.at(10));
+    a.queued = f.at(11).as<int64_t>();
     r.actors.push_back(std::move(a));
   }
   for (const auto& x : l[4].as<List>()) {

@@ -23,6 +23,8 @@ struct ActorInfo {
   std::string factory;
   /// Messages handled, and how many of them threw (the caller got the error).
   int64_t messages = 0;
+  /// Messages waiting in its mailbox now (sent, not yet started; actors of this process count exactly).
+  int64_t queued = 0;
   int64_t errors = 0;
   /// Seconds spent in its handlers, and whether one runs now (and which).
   double busy_seconds = 0;

@@ -150,7 +150,11 @@ class RankService : public Actor {
     r.rank = rank_;
     r.host = host_name();
     r.pid = static_cast<int64_t>(getpid());
-    for (const auto& [name, c] : counters_) r.actors.push_back(c->info(name));
+    for (const auto& [name, c] : counters_) {
+      r.actors.push_back(c->info(name));
+      auto ref = names_.find(name);
+      if (ref != names_.end()) r.actors.back().queued = std::max<int64_t>(queued_messages(ref->second), 0);
+    }
     r.collectives = comm::collective_stats();
     return r;
   }

@@ -189,6 +189,7 @@ struct Host : InlineRunner {
       std::lock_guard<SpinLock> g(mu_);
       if (closed_) return closed_reason_;
       q_.push(std::move(it));
+      count_pushed();
       post = !running_ && !posted_;
       if (post) posted_ = true;
     }
@@ -201,6 +202,7 @@ struct Host : InlineRunner {
       std::lock_guard<SpinLock> g(mu_);
       if (closed_) return;
       q_.push(Item{std::move(c), std::move(sender), false, nullptr});
+      count_pushed();
       if (running_ || posted_) return;
     }
     drain(self, false);
@@ -220,12 +222,22 @@ struct Host : InlineRunner {
   /// The actor ended (`reason` in words): fails the requests still queued (and those of `left`),
   /// refuses later ones.
   void close(const std::string& reason, std::vector<Item> left = {});
+  /// Messages queued and not yet started (read from any thread; a snapshot).
+  int64_t queued() const {
+    const int64_t n = pushed_.load(std::memory_order_relaxed) - taken_.load(std::memory_order_relaxed);
+    return n > 0 ? n : 0;
+  }
 
  private:
   static constexpr size_t kBudget = 4096;  // messages per tr_drain
   void run(Item& it);
 
   SpinLock mu_;
+  // The queue length for introspection is pushed_ - taken_. Each has one writer at a time (pushed_ the
+  // sender under mu_, taken_ whoever runs the queue), so a relaxed load and store, not a locked add;
+  // taken_ sits on a cache line of its own, so that the drainer's store per message does not bounce
+  // the line the senders write.
+  std::atomic<int64_t> pushed_{0};
   ItemQueue q_;                        // queued, in arrival order
   bool running_ = false;               // a handler runs (on the actor, or on a waiting caller's thread)
   bool posted_ = false;                // a tr_drain is on its way
@@ -233,6 +245,9 @@ struct Host : InlineRunner {
   std::string closed_reason_;
   std::string last_method_;  // the last handler looked up
   Handler* last_handler_ = nullptr;
+  void count_pushed() { pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  void count_taken(int64_t n) { taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  alignas(64) std::atomic<int64_t> taken_{0};
 };
 
 /// The process's actor system: one per process, shared by the ranks that live in it.
@@ -703,6 +718,7 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
     for (ItemQueue::Block* b = chain; b; b = b->next) {
       for (size_t k = b->begin; k < b->end; ++k) {
         Item& it = b->items[k];
+        count_taken(1);
         if (it.exit) stop = true;
         else if (stop) rest.push_back(std::move(it));
         else run(it);
@@ -741,6 +757,7 @@ bool Host::run_inline(uint64_t id) {
     Item* mine = q_.at(n);
     if (n > kAhead || !mine || mine->exit) return false;
     for (size_t k = 0; k <= n; ++k) q_.pop_front(here[k]);
+    count_taken(static_cast<int64_t>(n + 1));
     running_ = true;
   }
   {
@@ -770,6 +787,7 @@ void Host::close(const std::string& reason, std::vector<Item> left) {
       left.emplace_back();
       q_.pop_front(left.back());
     }
+    taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
   for (auto& x : left)
     if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
@@ -863,6 +881,14 @@ void ActorRef::stop() const {
   }
   caf::anon_send_exit(impl_->handle, caf::exit_reason::user_shutdown);
 }
+namespace detail {
+int64_t queued_messages(const ActorRef& ref) {
+  if (!ref.impl()) return -1;
+  auto h = ref.impl()->local.lock();
+  return h ? h->queued() : -1;
+}
+}  // namespace detail
+
 bool ActorRef::operator==(const ActorRef& o) const {
   if (!impl_ || !o.impl_) return impl_ == o.impl_;
   return impl_->handle == o.impl_->handle;

@@ -240,7 +240,8 @@ struct Dashboard::Impl {
         if (p != prev_counts.end() && now > p->second.first) rate = (a.messages - p->second.second) / (now - p->second.first);
         const double age = std::max(now - a.spawned_at, 1e-9);
         s += std::string(j ? "," : "") + "{\"name\":" + quote(a.name) + ",\"id\":" + quote(key) +
-             ",\"factory\":" + quote(a.factory) + ",\"messages\":" + num(a.messages) + ",\"errors\":" + num(a.errors) +
+             ",\"factory\":" + quote(a.factory) + ",\"messages\":" + num(a.messages) + ",\"queued\":" + num(a.queued) +
+             ",\"errors\":" + num(a.errors) +
              ",\"rate\":" + (rate < 0 ? std::string("null") : num(rate)) + ",\"busy_seconds\":" + num(a.busy_seconds) +
              ",\"busy_fraction\":" + num(std::min(a.busy_seconds / age, 1.0)) + ",\"busy\":" + (a.busy ? "true" : "false") +
              ",\"method\":" + quote(a.current_method) + ",\"last_message_at\":" + num(a.last_message_at) +

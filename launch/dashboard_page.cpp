@@ -123,12 +123,13 @@ function renderTopology(t) {
             name.append(ul);
           }
           rows.push(el('tr', {class: 'actor', 'data-actor': a.id}, name, el('td', {}, a.factory),
-                       el('td', {class: 'n'}, a.messages), el('td', {class: 'n'}, fmt(a.rate, 1)),
+                       el('td', {class: 'n'}, a.messages), el('td', {class: 'n rate'}, fmt(a.rate, 1)),
+                       el('td', {class: 'n queued'}, a.queued),
                        el('td', {class: 'n'}, fmt(100 * a.busy_fraction, 1) + ' %'),
                        el('td', {class: a.busy ? 'busy' : 'muted'}, a.busy ? 'in ' + a.method : 'idle'),
                        el('td', {class: 'n'}, a.errors), el('td', {class: 'err'}, a.last_error)));
         }
-        div.append(table(['actor', 'factory', 'messages', 'msg/s', 'busy', 'now', 'errors', 'last error'], rows));
+        div.append(table(['actor', 'factory', 'messages', 'msg/s', 'queued', 'busy', 'now', 'errors', 'last error'], rows));
       }
       h.append(div);
     }

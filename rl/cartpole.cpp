@@ -166,6 +166,32 @@ TensorDict CartPoleEnv::step(const TensorDict& td) {
   return out;
 }
 
+std::pair<TensorDict, TensorDict> CartPoleEnv::step_and_maybe_reset(const TensorDict& td) {
+  TensorDict full = step(td);
+  TensorDict root = step_mdp(full);
+  const TensorDict& next = full.get_sub(kNext);
+  Tensor done = next.get(kDone);
+  const bool* dn = done.data_ptr<bool>();  // step() wrote it: bool, contiguous, [N, 1]
+  int64_t first = 0;
+  while (first < n_ && !dn[first]) ++first;
+  if (first == n_) return {std::move(full), std::move(root)};
+  // Some copies are done: the root's observation is next's with those rows reset (drawn as reset()
+  // draws them), and its done / terminated / truncated are all false (a copy that is not done is
+  // neither terminated nor truncated).
+  Tensor obs = next.get(kObservation).clone();
+  float* o = obs.data_ptr<float>();
+  for (int64_t i = first; i < n_; ++i) {
+    if (!dn[i]) continue;
+    double* s = &state_[static_cast<size_t>(4 * i)];
+    for (int j = 0; j < 4; ++j) s[j] = uniform(gens_[static_cast<size_t>(i)], -0.05, 0.05);
+    elapsed_[static_cast<size_t>(i)] = 0;
+    for (int j = 0; j < 4; ++j) o[4 * i + j] = static_cast<float>(s[j]);
+  }
+  root.set(kObservation, obs);
+  for (const Key* key : {&kDone, &kTerminated, &kTruncated}) root.set(*key, zeros({n_, 1}, TensorOptions().dtype(kBool)));
+  return {std::move(full), std::move(root)};
+}
+
 // --------------------------------------------------------------------------------------------- Pendulum
 
 PendulumEnv::PendulumEnv(int64_t num_envs, int64_t max_episode_steps)

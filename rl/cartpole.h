@@ -25,6 +25,9 @@ class CartPoleEnv : public EnvBase {
 
   TensorDict reset(const std::optional<TensorDict>& td = std::nullopt) override;
   TensorDict step(const TensorDict& td) override;
+  /// EnvBase's step_and_maybe_reset in one pass: the done copies are reset while the next root is
+  /// built (the same values and generator draws as step, step_mdp, then reset of the done copies).
+  std::pair<TensorDict, TensorDict> step_and_maybe_reset(const TensorDict& td) override;
   uint64_t set_seed(uint64_t seed) override;
   Tensor rand_action() override;
   std::string name() const override { return "CartPoleEnv"; }

@@ -206,8 +206,55 @@ std::optional<TensorDict> SyncDataCollector::next() {
   TensorDict batch = TensorDict::stack(frames, 1);
   batch.set("collector.policy_version", full({N, T_}, version_, TensorOptions().dtype(kInt64)));
   ++batches_;
+  if (options_.split_trajs()) batch = split_trajectories(batch);
   if (postproc_) batch = postproc_(batch);
   return batch;
+}
+
+// -------------------------------------------------------------------------------- split_trajectories
+
+TensorDict split_trajectories(const TensorDict& batch) {
+  if (batch.batch_dims() != 1 && batch.batch_dims() != 2)
+    throw std::invalid_argument("[split_trajectories] expected a batch [N, T] or [T], got " + std::to_string(batch.batch_dims()) +
+                                " batch dims");
+  if (!batch.contains(key_traj_ids()))
+    throw std::invalid_argument("[split_trajectories] the batch has no collector.traj_ids");
+  TensorDict flat = batch.reshape({-1});
+  const int64_t n = flat.numel();
+  const int64_t T = batch.batch_size().back();
+  Tensor ids = flat.get(key_traj_ids()).to(kInt64).contiguous().reshape({-1});
+  if (ids.numel() != n)
+    throw std::invalid_argument("[split_trajectories] collector.traj_ids has " + std::to_string(ids.numel()) +
+                                " entries for " + std::to_string(n) + " frames");
+  // runs of equal ids, in order (torch.unique_consecutive over the flattened ids)
+  const int64_t* id = ids.data_ptr<int64_t>();
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 0 || id[i] != id[i - 1]) lengths.push_back(0);
+    ++lengths.back();
+  }
+  const int64_t k = static_cast<int64_t>(lengths.size());
+  const int64_t max_len = n == 0 ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  const std::vector<int64_t> rows = batch.batch_dims() == 2 ? batch.batch_size() : std::vector<int64_t>{1, T};
+  TensorDict out;
+  if (max_len == T && k == rows[0]) {  // every row one trajectory: nothing to move
+    out = flat.reshape(rows);
+  } else {
+    Tensor dest = empty({n}, TensorOptions().dtype(kInt64));
+    int64_t* d = dest.data_ptr<int64_t>();
+    for (int64_t j = 0, i = 0; j < k; ++j)
+      for (int64_t t = 0; t < lengths[static_cast<size_t>(j)]; ++t) d[i++] = j * max_len + t;
+    out = flat.index(zeros({k * max_len}, TensorOptions().dtype(kInt64)));  // the keys, shapes and dtypes
+    out.zero_();
+    out.set_at_(dest, flat);
+    out = out.reshape({k, max_len});
+  }
+  Tensor mask = zeros({k, max_len}, TensorOptions().dtype(kBool));  // out is [k, max_len] either way
+  bool* m = mask.data_ptr<bool>();
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < lengths[static_cast<size_t>(j)]; ++t) m[j * max_len + t] = true;
+  out.set("collector.mask", mask);
+  return out;
 }
 
 }  // namespace troupe::rl

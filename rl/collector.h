@@ -55,7 +55,15 @@ struct SyncDataCollectorOptions {
   TROUPE_ARG(int64_t, max_frames_per_traj) = -1;
   /// Reset every copy at the start of every batch.
   TROUPE_ARG(bool, reset_at_each_iter) = false;
+  /// Hand out batches split into trajectories (split_trajectories), before postproc.
+  TROUPE_ARG(bool, split_trajs) = false;
 };
+
+/// TorchRL's split_trajectories: the frames of `batch` (batch [N, T] or [T], read row by row) cut where
+/// collector.traj_ids changes, one trajectory per row, zero-padded at the end to the longest:
+/// [num_trajectories, max_length], with collector.mask (bool) true on the real frames. A batch whose
+/// rows are each one whole trajectory keeps its shape (mask all true).
+TensorDict split_trajectories(const TensorDict& batch);
 
 class SyncDataCollector {
  public:

@@ -85,18 +85,47 @@ nn::StateDict dict_of(const Value& v) { return actors::detail::state_dict_from(v
 
 // ---- the replay actor
 
+// sampler: [] uniform, [alpha, beta, eps] prioritized
+TensorDictReplayBuffer make_buffer(int64_t capacity, int64_t seed, const List& sampler) {
+  if (sampler.empty()) return TensorDictReplayBuffer(capacity, RandomSampler{}, static_cast<uint64_t>(seed));
+  if (sampler.size() != 3)
+    throw ActorError("[rl] a replay sampler travels as [] or [alpha, beta, eps], got " + std::to_string(sampler.size()) + " fields");
+  using actors::from_value;
+  PrioritizedSampler p(capacity, from_value<double>(sampler[0]), from_value<double>(sampler[1]), from_value<double>(sampler[2]));
+  return TensorDictReplayBuffer(capacity, std::move(p), static_cast<uint64_t>(seed));
+}
+
 class ReplayActor : public actors::Actor {
  public:
-  ReplayActor(int64_t capacity, int64_t seed) : buf_(capacity, {}, static_cast<uint64_t>(seed)) {
+  ReplayActor(int64_t capacity, int64_t seed, List sampler) : buf_(make_buffer(capacity, seed, sampler)) {
     handle("extend", [this](TensorDict td) { buf_.extend(td); return buf_.size(); });
-    handle("sample", [this](int64_t n) { return buf_.sample(n); });
+    handle("sample", [this](int64_t n) {
+      if (pending_error_.empty()) return buf_.sample(n);
+      std::string e;
+      e.swap(pending_error_);
+      throw ActorError("an earlier update_priority or set_beta failed: " + e);
+    });
+    // one-way: an error is kept for the next sample (and shows as the actor's last error)
+    handle("prio", [this](Tensor index, Tensor priority) { keep_error([&] { buf_.update_priority(index, priority); }); });
+    handle("beta", [this](double beta) { keep_error([&] { buf_.sampler().set_beta(beta); }); });
     handle("size", [this] { return buf_.size(); });
     handle("sd", [this] { return Value(pairs_of(buf_.state_dict())); });
     handle("load", [this](Value sd) { buf_.load_state_dict(dict_of(sd)); });
   }
 
  private:
+  template <class F>
+  void keep_error(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      pending_error_ = e.what();
+      throw;
+    }
+  }
+
   TensorDictReplayBuffer buf_;
+  std::string pending_error_;  // of a one-way message, thrown by the next sample
 };
 
 // ---- the collector worker actor
@@ -161,7 +190,7 @@ class CollectorActor : public actors::Actor {
 };
 
 const bool g_registered = [] {
-  actors::register_actor<ReplayActor, int64_t, int64_t>("troupe.rl.Replay");
+  actors::register_actor<ReplayActor, int64_t, int64_t, List>("troupe.rl.Replay");
   actors::register_factory("troupe.rl.Collector", [](const List& a) -> std::unique_ptr<actors::Actor> {
     if (a.size() != 5) actors::detail::throw_arity("factory 'troupe.rl.Collector'", 5, a.size());
     ActorRef replay = a[2].is_none() ? ActorRef() : a[2].as<ActorRef>();
@@ -206,7 +235,23 @@ RemoteReplayBuffer RemoteReplayBuffer::spawn(actors::Runtime& rt, int rank, int6
   (void)g_registered;
   if (capacity <= 0) throw std::invalid_argument("[rl] RemoteReplayBuffer: capacity must be positive, got " + std::to_string(capacity));
   if (name.empty()) name = "troupe.replay" + std::to_string(g_next_id++);
-  return RemoteReplayBuffer(rt.spawn_on(rank, name, "troupe.rl.Replay", capacity, static_cast<int64_t>(seed)));
+  return RemoteReplayBuffer(rt.spawn_on(rank, name, "troupe.rl.Replay", capacity, static_cast<int64_t>(seed), List{}));
+}
+RemoteReplayBuffer RemoteReplayBuffer::spawn(actors::Runtime& rt, int rank, int64_t capacity, PrioritizedReplayOptions p,
+                                             uint64_t seed, std::string name) {
+  (void)g_registered;
+  if (capacity <= 0) throw std::invalid_argument("[rl] RemoteReplayBuffer: capacity must be positive, got " + std::to_string(capacity));
+  PrioritizedSampler check(1, p.alpha, p.beta, p.eps);  // the argument errors here, not in the actor
+  if (name.empty()) name = "troupe.replay" + std::to_string(g_next_id++);
+  return RemoteReplayBuffer(rt.spawn_on(rank, name, "troupe.rl.Replay", capacity, static_cast<int64_t>(seed),
+                                        List{Value(p.alpha), Value(p.beta), Value(p.eps)}));
+}
+void RemoteReplayBuffer::update_priority(const Tensor& index, const Tensor& priority) const {
+  ref_.send("prio", index.detach().to(kInt64).contiguous(), priority.detach().to(kFloat64).contiguous());
+}
+void RemoteReplayBuffer::set_beta(double beta) const {
+  if (beta < 0) throw std::invalid_argument("[rl] RemoteReplayBuffer.set_beta: beta must be >= 0, got " + std::to_string(beta));
+  ref_.send("beta", beta);
 }
 int64_t RemoteReplayBuffer::extend(const TensorDict& frames) const { return ref_.request<int64_t>("extend", frames).get(); }
 TensorDict RemoteReplayBuffer::sample(int64_t batch_size) const { return ref_.request<TensorDict>("sample", batch_size).get(); }

@@ -74,17 +74,33 @@ struct CollectedBatch {
   std::optional<TensorDict> batch;
 };
 
-/// A TensorDictReplayBuffer (uniform sampling) in an actor: collectors extend it, learners sample it.
+/// Prioritized sampling for a replay actor (PrioritizedSampler's alpha, beta and eps).
+struct PrioritizedReplayOptions {
+  double alpha = 0.6, beta = 0.4, eps = 1e-8;
+};
+
+/// A TensorDictReplayBuffer in an actor (uniform or prioritized sampling): collectors extend it, learners
+/// sample it and send it new priorities. Its state_dict() is a checkpoint a fresh replay actor loads.
 class RemoteReplayBuffer {
  public:
-  /// Spawns the replay actor on `rank` (named `name`, or "troupe.replay<n>").
+  /// Spawns the replay actor on `rank` (named `name`, or "troupe.replay<n>"), sampling uniformly.
   static RemoteReplayBuffer spawn(actors::Runtime& rt, int rank, int64_t capacity, uint64_t seed = 0, std::string name = "");
+  /// The same with prioritized sampling (sample() adds "_weight"; update_priority() sets priorities).
+  static RemoteReplayBuffer spawn(actors::Runtime& rt, int rank, int64_t capacity, PrioritizedReplayOptions prioritized,
+                                  uint64_t seed = 0, std::string name = "");
   RemoteReplayBuffer() = default;
   explicit RemoteReplayBuffer(actors::ActorRef ref) : ref_(std::move(ref)) {}
   /// Appends frames (batch [N]); returns the buffer's size after.
   int64_t extend(const TensorDict& frames) const;
-  /// batch_size frames drawn with replacement.
+  /// batch_size frames drawn with replacement, with "index" (and "_weight" when prioritized).
   TensorDict sample(int64_t batch_size) const;
+  /// Sends new priorities for frames `index` (one-way, so the learner never waits; a later sample()
+  /// from the same sender sees them, messages being ordered per sender). Errors (an index outside the
+  /// stored frames, a uniform buffer) show in the actor's last error and fail the next request.
+  void update_priority(const Tensor& index, const Tensor& priority) const;
+  /// Sets the importance-sampling exponent beta (annealed towards 1 by the learner); one-way (a uniform
+  /// buffer's refusal fails the next sample()).
+  void set_beta(double beta) const;
   int64_t size() const;
   nn::StateDict state_dict() const;
   void load_state_dict(const nn::StateDict& state) const;

@@ -65,4 +65,46 @@ DQNLossOutput DQNLoss::operator()(const TensorDict& frames) const {
   return {loss, td_error};
 }
 
+// ------------------------------------------------------------------------- target-network updates
+
+namespace {
+// The online and target parameters, paired in order; shapes must match.
+void pair_parameters(const std::string& who, const nn::ModulePtr& online, const nn::ModulePtr& target, std::vector<Tensor>& on,
+                     std::vector<Tensor>& tg) {
+  if (!online || !target) throw std::invalid_argument("[" + who + "] the online and target networks must be given");
+  on = online->parameters();
+  tg = target->parameters();
+  if (on.size() != tg.size())
+    throw std::invalid_argument("[" + who + "] the online network has " + std::to_string(on.size()) + " parameters, the target " +
+                                std::to_string(tg.size()));
+  for (size_t i = 0; i < on.size(); ++i)
+    if (on[i].sizes().vec() != tg[i].sizes().vec())
+      throw std::invalid_argument("[" + who + "] parameter " + std::to_string(i) + " has shape " + shape_str(on[i].sizes()) +
+                                  " in the online network and " + shape_str(tg[i].sizes()) + " in the target");
+}
+}  // namespace
+
+SoftUpdate::SoftUpdate(const DQNLoss& loss, double eps) : SoftUpdate(loss.value_network(), loss.target_network(), eps) {}
+SoftUpdate::SoftUpdate(nn::ModulePtr online, nn::ModulePtr target, double eps) : eps_(eps) {
+  if (!(eps >= 0 && eps <= 1)) throw std::invalid_argument("[SoftUpdate] eps must be in [0, 1], got " + std::to_string(eps));
+  pair_parameters("SoftUpdate", online, target, online_, target_);
+}
+void SoftUpdate::step() {
+  NoGradGuard g;
+  for (size_t i = 0; i < target_.size(); ++i) target_[i].mul_(eps_).add_(online_[i].detach(), 1 - eps_);
+}
+
+HardUpdate::HardUpdate(const DQNLoss& loss, int64_t interval) : HardUpdate(loss.value_network(), loss.target_network(), interval) {}
+HardUpdate::HardUpdate(nn::ModulePtr online, nn::ModulePtr target, int64_t interval) : interval_(interval) {
+  if (interval < 1)
+    throw std::invalid_argument("[HardUpdate] value_network_update_interval must be at least 1, got " + std::to_string(interval));
+  pair_parameters("HardUpdate", online, target, online_, target_);
+}
+void HardUpdate::step() {
+  if (++steps_ % interval_ != 0) return;
+  NoGradGuard g;
+  for (size_t i = 0; i < target_.size(); ++i) target_[i].copy_(online_[i].detach());
+  ++updates_;
+}
+
 }  // namespace troupe::rl

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <troupe/nn/module.h>
 #include <troupe/rl/tensordict.h>
@@ -35,10 +36,42 @@ class DQNLoss {
   DQNLoss(nn::ModulePtr value_network, nn::ModulePtr target_network, DQNLossOptions options = {});
   DQNLossOutput operator()(const TensorDict& frames) const;
   const DQNLossOptions& options() const { return options_; }
+  const nn::ModulePtr& value_network() const { return value_; }
+  const nn::ModulePtr& target_network() const { return target_; }
 
  private:
   nn::ModulePtr value_, target_;
   DQNLossOptions options_;
+};
+
+/// Soft target-network updates (TorchRL's SoftUpdate): every step() (call it after each optimizer step)
+/// sets target = eps * target + (1 - eps) * online, parameter by parameter. The target may be a copy of
+/// the online network or an AveragedModel of it (its "module" parameters, in the same order).
+class SoftUpdate {
+ public:
+  explicit SoftUpdate(const DQNLoss& loss, double eps = 0.999);
+  SoftUpdate(nn::ModulePtr online, nn::ModulePtr target, double eps = 0.999);
+  void step();
+  double eps() const { return eps_; }
+
+ private:
+  std::vector<Tensor> online_, target_;
+  double eps_;
+};
+
+/// Hard target-network updates (TorchRL's HardUpdate): the K-th, 2K-th, ... step() copies the online
+/// parameters into the target (K = value_network_update_interval); the other calls do nothing.
+class HardUpdate {
+ public:
+  explicit HardUpdate(const DQNLoss& loss, int64_t value_network_update_interval = 1000);
+  HardUpdate(nn::ModulePtr online, nn::ModulePtr target, int64_t value_network_update_interval = 1000);
+  void step();
+  /// Copies done so far.
+  int64_t updates() const { return updates_; }
+
+ private:
+  std::vector<Tensor> online_, target_;
+  int64_t interval_, steps_ = 0, updates_ = 0;
 };
 
 }  // namespace troupe::rl

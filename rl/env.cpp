@@ -14,13 +14,24 @@ Tensor done_mask(const TensorDict& root) {
   return root.get(kDone).to(kBool);
 }
 
+bool any_done(const Tensor& mask) {
+  if (mask.dtype() == kBool && mask.is_cpu() && mask.is_contiguous()) {  // the usual case: a scan, no reduction
+    const bool* m = mask.data_ptr<bool>();
+    for (int64_t i = 0, n = mask.numel(); i < n; ++i)
+      if (m[i]) return true;
+    return false;
+  }
+  return mask.any().item<bool>();
+}
+
 std::pair<TensorDict, TensorDict> EnvBase::step_and_maybe_reset(const TensorDict& td) {
+  static const Key kReset("_reset");
   TensorDict full = step(td);
   TensorDict root = step_mdp(full);
   Tensor mask = done_mask(root);
-  if (mask.any().item<bool>()) {
+  if (any_done(mask)) {
     TensorDict request = root;
-    request.set("_reset", mask);
+    request.set(kReset, mask);
     root.update(reset(request));
   }
   return {full, root};
@@ -38,7 +49,7 @@ TensorDict EnvBase::rollout(int64_t max_steps, const std::function<TensorDict(Te
     frames.push_back(full);
     TensorDict root = step_mdp(full);
     Tensor mask = done_mask(root);
-    if (mask.any().item<bool>()) {
+    if (any_done(mask)) {
       if (break_when_any_done) break;
       TensorDict request = root;
       request.set("_reset", mask);

@@ -47,7 +47,7 @@ class EnvBase {
 
   /// step(), then the root of the next step: next.* moved to the root (step_mdp), with the copies
   /// that are done reset (TorchRL's step_and_maybe_reset).
-  std::pair<TensorDict, TensorDict> step_and_maybe_reset(const TensorDict& td);
+  virtual std::pair<TensorDict, TensorDict> step_and_maybe_reset(const TensorDict& td);
   /// Steps max_steps times with `policy` (random actions when empty) from a reset, stacking the frames
   /// along a new last batch dim; stops after the first frame in which any copy is done when
   /// break_when_any_done, else resets done copies and goes on.
@@ -64,6 +64,8 @@ TensorDict step_mdp(const TensorDict& td);
 
 /// A "_reset" mask for the copies whose root done is true: bool, the shape of done.
 Tensor done_mask(const TensorDict& root);
+/// Whether any entry of a done mask is true (a plain scan for a contiguous bool tensor).
+bool any_done(const Tensor& mask);
 
 /// A transform of an environment's outputs (torchrl.envs.transforms.Transform).
 class Transform {

@@ -57,26 +57,42 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
   check_per_frame("('next', 'done')", done, bs);
   check_per_frame("('next', 'reward')", reward, bs);
 
+  // One pass per row, reading done / terminated / reward in place and writing every output in its final
+  // dtype (float32 and float64 rewards; others go through float64 and are converted at the end).
   Tensor done_c = done.to(kBool).contiguous();
-  Tensor rew_c = reward.to(kFloat64).contiguous();
+  Tensor term = batch.contains("next.terminated") ? batch.get("next.terminated") : done;
+  Tensor term_c = term.to(kBool).contiguous();
+  if (term_c.numel() != done_c.numel())
+    throw std::invalid_argument("[MultiStep] ('next', 'terminated') has " + std::to_string(term_c.numel()) + " entries, done " +
+                                std::to_string(done_c.numel()));
+  const ScalarType float_t = is_floating_point(reward.dtype()) ? reward.dtype() : kFloat32;
+  const ScalarType sum_t = reward.dtype() == kFloat32 ? kFloat32 : kFloat64;
+  const ScalarType gamma_st = float_t == kFloat32 ? kFloat32 : kFloat64;
+  Tensor rew_c = reward.dtype() == kFloat32 || reward.dtype() == kFloat64 ? reward.contiguous() : reward.to(kFloat64).contiguous();
   const bool* dn = done_c.data_ptr<bool>();
-  const double* r = rew_c.data_ptr<double>();
+  const bool* tm = term_c.data_ptr<bool>();
+  const float* rf = rew_c.dtype() == kFloat32 ? rew_c.data_ptr<float>() : nullptr;
+  const double* rd = rf ? nullptr : rew_c.data_ptr<double>();
 
   const int64_t N = rows * T;
   Tensor gather = empty({N}, TensorOptions().dtype(kInt64));
   Tensor steps = empty({N}, TensorOptions().dtype(kInt64));
-  Tensor summed = empty({N}, TensorOptions().dtype(kFloat64));
+  Tensor summed = empty({N}, TensorOptions().dtype(sum_t));
   Tensor nonterm = empty({N}, TensorOptions().dtype(kBool));
+  Tensor n_term = empty({N}, TensorOptions().dtype(kBool));
+  Tensor gamma_t = empty({N}, TensorOptions().dtype(gamma_st));
   int64_t* gi = gather.data_ptr<int64_t>();
   int64_t* st = steps.data_ptr<int64_t>();
-  double* sr = summed.data_ptr<double>();
+  float* sf = sum_t == kFloat32 ? summed.data_ptr<float>() : nullptr;
+  double* sd = sf ? nullptr : summed.data_ptr<double>();
+  float* gf = gamma_st == kFloat32 ? gamma_t.data_ptr<float>() : nullptr;
+  double* gd = gf ? nullptr : gamma_t.data_ptr<double>();
   bool* nt = nonterm.data_ptr<bool>();
+  bool* ns = n_term.data_ptr<bool>();
   const int64_t n = n_steps_;
   // gamma^k for k = 0..n (steps_to_next_obs is at most n)
   std::vector<double> gpow(static_cast<size_t>(n + 1), 1.0);
   for (int64_t k = 1; k <= n; ++k) gpow[static_cast<size_t>(k)] = gpow[static_cast<size_t>(k - 1)] * gamma_;
-  Tensor gamma_t = empty({N}, TensorOptions().dtype(kFloat64));
-  double* gp = gamma_t.data_ptr<double>();
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t base = b * T;
     int64_t d = T - 1;  // d(t): the first done frame at or after t (else the batch's last)
@@ -84,12 +100,19 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
       if (dn[base + t]) d = t;
       const int64_t idx = std::min(t + n - 1, d);
       double acc = 0;
-      for (int64_t i = t; i <= idx; ++i) acc += gpow[static_cast<size_t>(i - t)] * r[base + i];
+      if (rf)
+        for (int64_t i = t; i <= idx; ++i) acc += gpow[static_cast<size_t>(i - t)] * static_cast<double>(rf[base + i]);
+      else
+        for (int64_t i = t; i <= idx; ++i) acc += gpow[static_cast<size_t>(i - t)] * rd[base + i];
       gi[base + t] = base + idx;
       st[base + t] = idx - t + 1;
-      gp[base + t] = gpow[static_cast<size_t>(idx - t + 1)];
-      sr[base + t] = acc;
+      const double g = gpow[static_cast<size_t>(idx - t + 1)];
+      if (gf) gf[base + t] = static_cast<float>(g);
+      else gd[base + t] = g;
+      if (sf) sf[base + t] = static_cast<float>(acc);
+      else sd[base + t] = acc;
       nt[base + t] = t != d;
+      ns[base + t] = tm[base + idx];
     }
   }
 
@@ -101,18 +124,15 @@ TensorDict MultiStep::operator()(const TensorDict& batch) const {
     Tensor flat = v.reshape({N, -1}).index_select(0, gather).reshape(v.sizes().vec());
     out.set(k, flat);
   }
-  const ScalarType float_t = is_floating_point(reward.dtype()) ? reward.dtype() : kFloat32;
-  Tensor steps_s = steps.reshape(done.sizes().vec());
+  const std::vector<int64_t> done_shape = done.sizes().vec();
   // whether the window ends on a terminal frame (terminated, else done, at idx): a value target must not
   // bootstrap there; the shifted next.observation of such a frame is the terminal one
-  Tensor term = batch.contains("next.terminated") ? batch.get("next.terminated") : done;
-  out.set("next.n_step_terminated",
-          term.to(kBool).reshape({N}).index_select(0, gather).reshape(done.sizes().vec()));
+  out.set("next.n_step_terminated", n_term.reshape(done_shape));
   out.set("next.original_reward", reward);
-  out.set("next.reward", summed.to(reward.dtype()).reshape(reward.sizes().vec()));
-  out.set("steps_to_next_obs", steps_s);
-  out.set("gamma", gamma_t.to(float_t).reshape(done.sizes().vec()));
-  out.set("nonterminal", nonterm.reshape(done.sizes().vec()));
+  out.set("next.reward", (summed.dtype() == reward.dtype() ? summed : summed.to(reward.dtype())).reshape(reward.sizes().vec()));
+  out.set("steps_to_next_obs", steps.reshape(done_shape));
+  out.set("gamma", (gamma_t.dtype() == float_t ? gamma_t : gamma_t.to(float_t)).reshape(done_shape));
+  out.set("nonterminal", nonterm.reshape(done_shape));
   return out;
 }
 

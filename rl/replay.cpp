@@ -57,7 +57,17 @@ PrioritizedSampler::PrioritizedSampler(int64_t max_capacity, double alpha, doubl
   min_ = std::make_shared<SegmentTree>(max_capacity, SegmentTree::Op::Min);
 }
 
+void PrioritizedSampler::set_beta(double beta) {
+  if (!(beta >= 0)) throw std::invalid_argument("[PrioritizedSampler] beta must be >= 0, got " + std::to_string(beta));
+  beta_ = beta;
+}
+
 // ------------------------------------------------------------------------------------ replay buffer
+
+PrioritizedSampler& TensorDictReplayBuffer::sampler() {
+  if (!prioritized_) throw std::logic_error("[ReplayBuffer.sampler] the buffer samples uniformly (no PrioritizedSampler)");
+  return *prioritized_;
+}
 
 TensorDictReplayBuffer::TensorDictReplayBuffer(int64_t capacity, RandomSampler, uint64_t seed)
     : capacity_(capacity), gen_(seed) {

@@ -51,7 +51,9 @@ class PrioritizedSampler {
   PrioritizedSampler(int64_t max_capacity, double alpha, double beta, double eps = 1e-8);
   double alpha() const { return alpha_; }
   double beta() const { return beta_; }
-  void set_beta(double beta) { beta_ = beta; }
+  double eps() const { return eps_; }
+  /// Sets beta (>= 0; annealed towards 1 over training).
+  void set_beta(double beta);
 
  private:
   friend class TensorDictReplayBuffer;
@@ -78,6 +80,8 @@ class TensorDictReplayBuffer {
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
   bool prioritized() const { return prioritized_.has_value(); }
+  /// The prioritized sampler (to change beta); a uniform buffer throws.
+  PrioritizedSampler& sampler();
   /// The stored frames (batch [size()]).
   TensorDict storage() const;
 

@@ -6,6 +6,7 @@
 #include <troupe/rl/dqn.h>
 #include <troupe/rl/env.h>
 #include <troupe/rl/multistep.h>
+#include <troupe/rl/parallel_env.h>
 #include <troupe/rl/replay.h>
 #include <troupe/rl/tensordict.h>
 #ifdef TROUPE_HAVE_ACTORS

@@ -30,6 +30,9 @@ std::unique_ptr<Actor> make_rank_service(int rank);
 /// The name of rank r's service actor: "troupe.rank<r>".
 std::string service_name(int rank);
 
+/// Messages queued for `ref` and not yet run, when it is an actor of this process (else -1); system.cpp.
+int64_t queued_messages(const ActorRef& ref);
+
 /// A rank's report (introspect.h) as the Value its service replies with, and back (introspect.cpp).
 Value encode_rank_info(const RankInfo& info);
 RankInfo decode_rank_info(const Value& v);

@@ -196,3 +196,31 @@ TEST(Averager, AStoppedAveragerComesBackFromItsCheckpoint) {
     ctx.world->barrier();
   });
 }
+
+// Hard target-network updates (AveragerOptions::hard(K)): only every K-th update() sends, and the
+// averaged model is then an exact copy of the model at that call.
+TEST(Averager, HardCopiesEveryKUpdates) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto model = small_model();
+      Averager av = Averager::spawn(ctx.actors(), 1, model.ptr(), AveragerOptions().hard(3).in_flight(4));
+      nn::StateDict at6;
+      for (int step = 1; step <= 7; ++step) {
+        perturb(*model, step);
+        av.update(*model);
+        if (step == 6)
+          for (const auto& [k, t] : model->state_dict()) at6.insert_or_assign(k, t.clone());
+      }
+      av.flush();
+      EXPECT_EQ(av.versions_sent(), 2);  // calls 3 and 6
+      EXPECT_EQ(av.applied_versions(), (std::vector<int64_t>{1, 2}));
+      auto copy = small_model();
+      av.load_into(*copy);
+      auto params = copy->named_parameters();
+      for (const auto& k : params.keys()) EXPECT_EQ(max_diff(params[k], at6[k]), 0.0) << k;
+      std::string e = error_of([&] { Averager::spawn(ctx.actors(), 1, model.ptr(), AveragerOptions().hard(0)); });
+      EXPECT_TRUE(contains(e, "update_every must be at least 1, got 0")) << e;
+    }
+    ctx.world->barrier();
+  });
+}

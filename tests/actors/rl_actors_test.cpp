@@ -3,6 +3,7 @@
 // and comes back, a restart limit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include <troupe/nn/nn.h>
@@ -140,6 +141,69 @@ TEST(RlActors, ARestartLimitEndsWithTheWorkersError) {
       std::string e = error_of([&] { while (collectors.next()) {} });
       EXPECT_TRUE(contains(e, "collector worker 0 (rank 1) failed 2 times")) << e;
       EXPECT_TRUE(contains(e, "the simulator crashed")) << e;
+    }
+    ctx.world->barrier();
+  });
+}
+
+// The replay actor with prioritized sampling: priorities sent one-way by the learner are what the next
+// sample uses (P(i) = p_i^alpha / sum, weights (p_i / p_min)^-beta), beta set by message; a checkpoint
+// of it loaded into a fresh replay actor samples the same sequence; a bad update fails the next sample.
+TEST(RlActors, PrioritizedReplayActorAndItsCheckpoint) {
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto& rt = ctx.actors();
+      auto replay = rl::RemoteReplayBuffer::spawn(rt, 1, 4, rl::PrioritizedReplayOptions{1.0, 0.5, 0.0}, /*seed=*/3);
+      rl::TensorDict frames({4});
+      frames.set("x", arange(4, kFloat32));
+      EXPECT_EQ(replay.extend(frames), 4);
+      replay.update_priority(arange(4, kInt64), tensor({1.0, 2.0, 3.0, 4.0}));  // one-way
+      const int64_t n = 20000;
+      rl::TensorDict s = replay.sample(n);
+      ASSERT_TRUE(s.contains("index") && s.contains("_weight"));
+      Tensor idx = s.get("index"), w = s.get("_weight"), x = s.get("x");
+      std::vector<int64_t> count(4, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t k = idx[i].item<int64_t>();
+        ++count[static_cast<size_t>(k)];
+        ASSERT_EQ(x[i].item<float>(), static_cast<float>(k));
+        ASSERT_NEAR(w[i].item<float>(), std::pow(static_cast<double>(k + 1), -0.5), 1e-6);  // (p_k / 1)^-0.5
+      }
+      for (int k = 0; k < 4; ++k) {
+        const double p = (k + 1) / 10.0;  // alpha 1: P(k) = p_k / 10
+        EXPECT_NEAR(count[static_cast<size_t>(k)] / static_cast<double>(n), p, 4 * std::sqrt(p * (1 - p) / n)) << k;
+      }
+      replay.set_beta(1.0);
+      rl::TensorDict s1 = replay.sample(64);
+      for (int64_t i = 0; i < 64; ++i)
+        EXPECT_NEAR(s1.get("_weight")[i].item<float>(), 1.0 / (s1.get("index")[i].item<int64_t>() + 1.0), 1e-6) << "beta 1: 1 / p";
+      // checkpoint: a fresh actor loaded from it draws the same frames and weights
+      nn::StateDict sd = replay.state_dict();
+      auto copy = rl::RemoteReplayBuffer::spawn(rt, 1, 4, rl::PrioritizedReplayOptions{1.0, 0.5, 0.0}, /*seed=*/99);
+      copy.load_state_dict(sd);
+      copy.set_beta(1.0);
+      for (int r = 0; r < 3; ++r) {
+        rl::TensorDict a = replay.sample(64), b = copy.sample(64);
+        EXPECT_TRUE(equal(a.get("index"), b.get("index"))) << r;
+        EXPECT_TRUE(equal(a.get("_weight"), b.get("_weight"))) << r;
+      }
+      // an update naming a frame not stored: the next sample says so
+      replay.update_priority(tensor({7}).to(kInt64), tensor({1.0}));
+      std::string e = error_of([&] { replay.sample(1); });
+      EXPECT_TRUE(contains(e, "an earlier update_priority or set_beta failed")) << e;
+      EXPECT_TRUE(contains(e, "index 7 outside the 4 stored frames")) << e;
+      EXPECT_EQ(replay.sample(2).batch_size(), (std::vector<int64_t>{2}));  // it goes on
+      // a uniform replay actor refuses priorities the same way
+      auto uniform = rl::RemoteReplayBuffer::spawn(rt, 1, 4);
+      uniform.extend(frames);
+      uniform.update_priority(arange(4, kInt64), ones({4}));
+      e = error_of([&] { uniform.sample(1); });
+      EXPECT_TRUE(contains(e, "samples uniformly")) << e;
+      uniform.set_beta(0.5);
+      e = error_of([&] { uniform.sample(1); });
+      EXPECT_TRUE(contains(e, "samples uniformly (no PrioritizedSampler)")) << e;
+      EXPECT_EQ(uniform.sample(3).batch_size(), (std::vector<int64_t>{3}));
+      EXPECT_THROW(rl::RemoteReplayBuffer::spawn(rt, 1, 4, rl::PrioritizedReplayOptions{-1.0, 0.5, 0.0}), std::invalid_argument);
     }
     ctx.world->barrier();
   });

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""The live page in a real browser (ctest example_actor_dashboard_browser).
+"""The live page in a real browser (ctests example_actor_dashboard_browser and, with --mpirun,
+example_actor_dashboard_browser_mpi).
 
 Starts `actor_dashboard --ranks 2 --dashboard 0` (a short training run with a hosted module and a Tally
-actor on rank 1), reads the URL it prints, waits until the run has logged some points, then:
+actor on rank 1), or `MPIRUN -np 2 actor_dashboard --dashboard 0` (the same on two processes), reads
+the URL it prints, waits until the run has logged some points, then:
   - checks that requests without the token, or with a wrong one (query or cookie), get 403 and no data;
+  - checks /api/topology: every actor has its message rate (msg/s) and queue length, and tally@1, fed
+    one-way every batch, has handled messages at a positive rate; under mpirun the ranks have two pids;
   - loads the page in headless Chromium (--dump-dom after the page's scripts ran) and checks what it
     shows: both ranks, the actors tally@1 and hidden@1, the hosted module path, the placement of the
-    hidden layer, and a Chart.js curve with points;
+    hidden layer, the rate and queue columns, and a Chart.js curve with points;
   - takes a screenshot (a second load: the page survives a reload) kept as <work>/dashboard.png;
   - stops the run (a stop file) and checks that it ends well.
 Exits 77 (ctest SKIP_RETURN_CODE) when Chromium is not installed.
 
-usage: dashboard_check.py EXE WORK_DIR
+usage: dashboard_check.py EXE WORK_DIR [--mpirun MPIRUN]
 """
 import json
 import os
@@ -59,10 +63,11 @@ def chromium(binary, work, args, url, profile):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 5) or (len(sys.argv) == 5 and sys.argv[3] != "--mpirun"):
         print(__doc__.strip().splitlines()[-1])
         return 2
     exe, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    mpirun = sys.argv[4] if len(sys.argv) == 5 else None
     browser = chromium_binary()
     if not browser:
         print("dashboard_check: SKIPPED: chromium is not installed (apt-get install chromium)")
@@ -70,8 +75,12 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     stop_file = os.path.join(work, "stop")
-    proc = subprocess.Popen([exe, "--ranks", "2", "--dashboard", "0", "--epochs", "100000", "--stop-file", stop_file,
-                             "--metrics", os.path.join(work, "metrics")],
+    if mpirun:
+        launcher = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", exe]
+    else:
+        launcher = [exe, "--ranks", "2"]
+    proc = subprocess.Popen(launcher + ["--dashboard", "0", "--epochs", "100000", "--stop-file", stop_file,
+                                        "--metrics", os.path.join(work, "metrics")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=work, text=True)
     lines = []
     url_box = []
@@ -122,6 +131,30 @@ def main():
                 fail("%s with a wrong cookie gave %d" % (path, status))
         print("dashboard_check: no or wrong token -> 403, no data", flush=True)
 
+        # Per-actor throughput and queue lengths; the rate needs two reports at least 0.5 s apart.
+        time.sleep(1.2)
+        get(base + "/api/topology?token=" + token)
+        time.sleep(1.2)
+        topo = json.loads(get(base + "/api/topology?token=" + token)[1])
+        actors = {a["id"]: a for r in topo["ranks"] for a in r["actors"]}
+        for aid in ("tally@1", "hidden@1"):
+            a = actors.get(aid)
+            if a is None:
+                fail("the topology lacks " + aid + ": " + json.dumps(topo)[:2000])
+            if not isinstance(a.get("queued"), int) or a["queued"] < 0:
+                fail("%s has no queue length: %r" % (aid, a))
+            if not isinstance(a.get("rate"), (int, float)) or a["rate"] < 0:
+                fail("%s has no message rate: %r" % (aid, a))
+        if actors["tally@1"]["rate"] <= 0 or actors["hidden@1"]["rate"] <= 0:
+            fail("tally@1 and hidden@1 are sent messages every batch, yet their rates are %r and %r"
+                 % (actors["tally@1"]["rate"], actors["hidden@1"]["rate"]))
+        pids = {r["rank"]: r["pid"] for r in topo["ranks"]}
+        if mpirun and (len(pids) != 2 or pids[0] == pids[1]):
+            fail("under mpirun the two ranks should be two processes: %r" % pids)
+        print("dashboard_check: tally@1 %.1f msg/s, queue %d; hidden@1 %.1f msg/s, queue %d; pids %s"
+              % (actors["tally@1"]["rate"], actors["tally@1"]["queued"], actors["hidden@1"]["rate"],
+                 actors["hidden@1"]["queued"], sorted(pids.values())), flush=True)
+
         # What the page shows, after its scripts ran.
         dom = chromium(browser, work, ["--dump-dom"], url, "profile-dom")
         with open(os.path.join(work, "dashboard_dom.html"), "w") as f:
@@ -135,6 +168,9 @@ def main():
             ("troupe.ModuleHost", "the host's factory"),
             ("hosted on rank 1 by 'hidden'", "the hidden layer's placement"),
             ('data-chart="chartjs"', "a Chart.js chart"),
+            ("<th>msg/s</th>", "the message rate column"),
+            ("<th>queued</th>", "the queue length column"),
+            ('class="n queued"', "a queue length cell"),
             ('data-tag="train/batch_loss"', "the batch loss curve"),
         ]
         for needle, what in expect:

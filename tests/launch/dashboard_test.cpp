@@ -183,6 +183,67 @@ TEST(Dashboard, LaunchRunServesTheRunAndPrintsTheUrl) {
   EXPECT_EQ(launch::dashboard(), nullptr);  // stopped with the run
 }
 
+// Queue lengths: one-way messages sent behind a handler that sleeps wait in the mailbox, and inspect
+// (and the page) count them; once run, none is left. The rate is messages over the time between reports.
+TEST(Dashboard, QueueLengthAndRatePerActor) {
+  actors::testing::register_test_actors();
+  std::string a0 = "prog", a1 = "--ranks", a2 = "2", a3 = "--dashboard", a4 = "0";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+  testing::internal::CaptureStdout();
+  std::string error = error_of([&] { launch::run(5, argv, [](launch::Context& ctx) {
+    auto& rt = ctx.actors();
+    if (ctx.rank == 0) {
+      auto c = rt.spawn_on(1, "q", "Counter", int64_t{0});
+      auto info = [&] {
+        const auto ranks = actors::inspect(rt);
+        for (const auto& a : ranks.at(1).actors)
+          if (a.name == "q") return a;
+        ADD_FAILURE() << "rank 1 does not report q";
+        return actors::ActorInfo{};
+      };
+      c.send("sleep_ms", int64_t{600});
+      for (int64_t i = 0; i < 10; ++i) c.send("append", i);
+      actors::ActorInfo a;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      do a = info(); while (a.current_method != "sleep_ms" && std::chrono::steady_clock::now() < deadline);
+      EXPECT_EQ(a.current_method, "sleep_ms");
+      EXPECT_EQ(a.queued, 10) << "ten appends wait behind the sleeping handler";
+      using clock = std::chrono::steady_clock;
+      launch::Dashboard* d = launch::dashboard();
+      if (!d) {
+        ADD_FAILURE() << "no dashboard";
+        return 0;
+      }
+      const auto ta0 = clock::now();
+      std::string t = d->topology_json();  // q has handled 0-11 messages by now
+      const auto ta1 = clock::now();
+      EXPECT_TRUE(contains(t, "\"id\":\"q@1\"") && contains(t, "\"queued\":10")) << t;
+      EXPECT_EQ(c.request<std::vector<int64_t>>("seen").get().size(), 10u);
+      a = info();
+      EXPECT_EQ(a.queued, 0);
+      EXPECT_EQ(a.messages, 12);
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the report cache (0.5 s)
+      for (int i = 0; i < 20; ++i) c.send("append", int64_t{i});
+      c.request<int64_t>("get").get();  // 33 handled in all
+      const auto tb0 = clock::now();
+      t = d->topology_json();
+      const auto tb1 = clock::now();
+      // 22-33 messages between the two reports, taken between (a1, b0) and (a0, b1) apart
+      const double lo = 22 / std::chrono::duration<double>(tb1 - ta0).count();
+      const double hi = 33 / std::chrono::duration<double>(tb0 - ta1).count();
+      auto at = t.find("\"id\":\"q@1\"");
+      auto r = at == std::string::npos ? at : t.find("\"rate\":", at);
+      const double rate = r == std::string::npos ? -1.0 : std::atof(t.c_str() + r + 7);
+      EXPECT_GT(rate, 0.99 * lo) << t;
+      EXPECT_LT(rate, 1.01 * hi) << t;
+    }
+    ctx.world->barrier();
+    return 0;
+  }); });
+  testing::internal::GetCapturedStdout();
+  EXPECT_EQ(error, "");
+}
+
 TEST(Dashboard, CurvesComeFromTheSummaryWritersIncrementally) {
   auto& log = metrics::LiveLog::instance();
   launch::Dashboard d(any_port(), no_actors());  // turns the log on

@@ -11,6 +11,7 @@
 #include <troupe/rl/cartpole.h>
 #include <troupe/rl/collector.h>
 #include <troupe/rl/multistep.h>
+#include <troupe/rl/parallel_env.h>
 #include <troupe/tensor/ops.h>
 
 using namespace troupe;
@@ -87,6 +88,58 @@ TEST(SyncDataCollector, RandomFramesTruncationVersionsPostproc) {
   EXPECT_TRUE(b3->contains("next.original_reward"));
 }
 
+// split_trajectories as TorchRL's: rows [0 0 1 1 1] and [2 2 2 2 3] give the runs 0, 1, 2, 3 of lengths
+// 2, 3, 4, 1, each in its own row padded with zeros to 4, collector.mask true on the real frames.
+TEST(SplitTrajectories, RunsOfTrajIdsPaddedWithAMask) {
+  TensorDict b({2, 5});
+  b.set("collector.traj_ids", tensor({0, 0, 1, 1, 1, 2, 2, 2, 2, 3}).to(kInt64).reshape({2, 5}));
+  b.set("observation", (arange(10, kFloat32) + 1).reshape({2, 5, 1}).expand({2, 5, 3}).contiguous());
+  b.set("next.done", tensor({false, true, false, false, true, false, false, false, true, false}).reshape({2, 5, 1}));
+  TensorDict s = rl::split_trajectories(b);
+  EXPECT_EQ(s.batch_size(), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(ints(s.get("collector.mask")), (std::vector<int64_t>{1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(ints(s.get("collector.traj_ids")), (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 2, 3, 0, 0, 0}));
+  EXPECT_EQ(ints(s.get("observation").select(2, 1)), (std::vector<int64_t>{1, 2, 0, 0, 3, 4, 5, 0, 6, 7, 8, 9, 10, 0, 0, 0}));
+  EXPECT_EQ(s.get("observation").sizes().vec(), (std::vector<int64_t>{4, 4, 3}));
+  EXPECT_EQ(ints(s.get("next.done")), (std::vector<int64_t>{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0}));
+  // rows that are whole trajectories keep their shape; a 1-D batch becomes one row
+  TensorDict w({2, 3});
+  w.set("collector.traj_ids", tensor({4, 4, 4, 9, 9, 9}).to(kInt64).reshape({2, 3}));
+  TensorDict ws = rl::split_trajectories(w);
+  EXPECT_EQ(ws.batch_size(), (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(ws.get("collector.mask").all().item<bool>());
+  EXPECT_EQ(rl::split_trajectories(w[1]).batch_size(), (std::vector<int64_t>{1, 3}));
+  EXPECT_THROW(rl::split_trajectories(TensorDict({3})), std::invalid_argument);
+}
+
+TEST(SyncDataCollector, SplitTrajsHandsOutTrajectories) {
+  auto env = std::make_shared<rl::CartPoleEnv>(3);
+  env->set_seed(1);
+  rl::SyncDataCollector c(env, always(1), rl::SyncDataCollectorOptions().frames_per_batch(60).total_frames(120).split_trajs(true));
+  while (auto b = c.next()) {
+    ASSERT_EQ(b->batch_dims(), 2);
+    Tensor mask = b->get("collector.mask");
+    EXPECT_EQ(mask.sum().item<int64_t>(), 60) << "every frame once";
+    auto ids = ints(b->get("collector.traj_ids"));
+    auto m = ints(mask);
+    auto done = ints(b->get("next.done"));
+    const int64_t L = b->batch_size()[1];
+    std::set<int64_t> rows_ids;
+    for (int64_t r = 0; r < b->batch_size()[0]; ++r) {
+      EXPECT_EQ(m[r * L], 1) << "no empty row";
+      for (int64_t t = 0; t < L; ++t) {
+        if (!m[r * L + t]) continue;
+        EXPECT_EQ(ids[r * L + t], ids[r * L]) << "one trajectory per row";
+        if (t + 1 < L && m[r * L + t + 1]) {
+          EXPECT_EQ(done[r * L + t], 0) << "a done ends its row";
+        }
+      }
+      EXPECT_TRUE(rows_ids.insert(ids[r * L]).second) << "a trajectory in two rows";
+    }
+    EXPECT_GT(b->batch_size()[0], 3) << "pushing right ends episodes within 20 steps";
+  }
+}
+
 // QValuePolicy's action is action_value.argmax(-1) also on ties (the first maximum) and NaN (a NaN
 // counts as the maximum): q = [x, x, b] with b = 0, -5 or NaN.
 TEST(Policies, QValueActionIsArgmaxWithTiesAndNaN) {
@@ -137,4 +190,29 @@ TEST(Policies, QValueAndEGreedy) {
   for (int64_t a : acts) differ += a != 0;
   EXPECT_GT(differ, 20);
   EXPECT_LT(differ, 90);
+}
+
+// A SyncDataCollector over a ParallelEnv (workers on threads): the batch holds every worker's copies, the
+// done copies are reset through the workers (partial resets) and trajectory ids stay consistent.
+TEST(SyncDataCollector, OverAParallelEnv) {
+  auto env = std::make_shared<rl::ParallelEnv>(3, [] { return std::make_shared<rl::CartPoleEnv>(2); });
+  env->set_seed(4);
+  rl::SyncDataCollector c(env, always(1), rl::SyncDataCollectorOptions().frames_per_batch(60).total_frames(120));
+  int batches = 0;
+  while (auto b = c.next()) {
+    ++batches;
+    EXPECT_EQ(b->batch_size(), (std::vector<int64_t>{6, 10}));
+    auto ids = ints(b->get("collector.traj_ids"));
+    auto done = ints(b->get("next.done"));
+    for (int64_t e = 0; e < 6; ++e)
+      for (int64_t t = 0; t + 1 < 10; ++t)
+        if (!done[e * 10 + t]) EXPECT_EQ(ids[e * 10 + t], ids[e * 10 + t + 1]) << e << " " << t;
+    // pushing right ends every episode within 10-20 steps: the reset observations are small
+    Tensor obs = b->get("observation");
+    for (int64_t e = 0; e < 6; ++e)
+      for (int64_t t = 1; t < 10; ++t)
+        if (done[e * 10 + t - 1]) EXPECT_LE(obs.select(0, e).select(0, t).abs().max().item<float>(), 0.05f);
+  }
+  EXPECT_EQ(batches, 2);
+  EXPECT_FALSE(c.take_episode_returns().empty());
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include <troupe/nn/nn.h>
+#include <troupe/optim/swa_utils.h>
 #include <troupe/rl/dqn.h>
 #include <troupe/tensor/ops.h>
 
@@ -92,4 +93,52 @@ TEST(DQNLoss, Errors) {
   td.set("action", zeros({3}, kInt64).narrow(0, 0, 2));
   td.set("next.reward", zeros({2}));
   EXPECT_THROW(rl::DQNLoss(net, net)(td), std::out_of_range);  // no terminal flag at all
+}
+
+// Target-network updates as TorchRL's: SoftUpdate is target = eps * target + (1 - eps) * online after
+// every step; HardUpdate copies on the K-th, 2K-th, ... step. Also with an AveragedModel as the target.
+TEST(TargetUpdates, SoftAndHardUpdatesWrittenOut) {
+  const std::vector<double> Wv = {1.0, 0.5, -0.5, 2.0}, Wt = {0.2, 1.0, 1.5, -1.0};
+  auto online = fixed_linear(Wv), target = fixed_linear(Wt);
+  rl::DQNLoss loss(online, target);
+  rl::SoftUpdate soft(loss, 0.9);
+  soft.step();
+  soft.step();
+  for (int i = 0; i < 4; ++i) {
+    // two steps: t2 = 0.81 t0 + 0.19 v
+    EXPECT_NEAR(target->weight.reshape({-1})[i].item<double>(), 0.81 * Wt[i] + 0.19 * Wv[i], 1e-6) << i;
+  }
+  auto t2 = fixed_linear(Wt);
+  rl::HardUpdate hard(online, t2, /*value_network_update_interval=*/3);
+  hard.step();
+  hard.step();
+  EXPECT_EQ(hard.updates(), 0);
+  EXPECT_NEAR(t2->weight.reshape({-1})[0].item<double>(), Wt[0], 1e-7);  // float32 weights: untouched
+  hard.step();
+  EXPECT_EQ(hard.updates(), 1);
+  EXPECT_TRUE(equal(t2->weight, online->weight));
+  {
+    NoGradGuard g;
+    online->weight.add_(1.0);
+  }
+  for (int i = 0; i < 2; ++i) hard.step();
+  EXPECT_FALSE(equal(t2->weight, online->weight));
+  hard.step();
+  EXPECT_EQ(hard.updates(), 2);
+  EXPECT_TRUE(equal(t2->weight, online->weight));
+  // an AveragedModel of the online network as the target: its module's parameters are updated
+  auto avg = std::make_shared<optim::swa_utils::AveragedModel>(fixed_linear(Wt));
+  rl::SoftUpdate onto_avg(online, avg, 0.5);
+  onto_avg.step();
+  EXPECT_NEAR(avg->parameters()[0].reshape({-1})[1].item<double>(), 0.5 * Wt[1] + 0.5 * (Wv[1] + 1.0), 1e-6);
+  // argument errors
+  EXPECT_THROW(rl::SoftUpdate(online, target, 1.5), std::invalid_argument);
+  EXPECT_THROW(rl::HardUpdate(online, target, 0), std::invalid_argument);
+  auto wide = std::make_shared<nn::LinearImpl>(nn::LinearOptions(3, 2).bias(false));
+  try {
+    rl::HardUpdate(online, wide, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "[HardUpdate] parameter 0 has shape (2, 2) in the online network and (2, 3) in the target");
+  }
 }
