@@ -2,6 +2,7 @@
 // its bounded, coalescing queue.
 #include <troupe/actors/averager.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <cstdio>
@@ -296,6 +297,18 @@ void Averager::checkpoint() {
   q_->ckpt_applied = from_value<std::vector<int64_t>>(c.at(1));
   q_->has_ckpt = true;
   q_->applied_since_ckpt = 0;
+}
+
+void Averager::load_state_dict(const nn::StateDict& state, const std::vector<int64_t>& applied) {
+  flush();
+  std::unique_lock<std::mutex> lock(q_->mu);
+  Value sd(detail::state_pairs(state));
+  q_->ref.request<void>("restore", sd, applied).get();
+  q_->ckpt_state = sd;
+  q_->ckpt_applied = applied;
+  q_->has_ckpt = true;
+  q_->applied_since_ckpt = 0;
+  for (int64_t v : applied) q_->sent = std::max(q_->sent, v);
 }
 
 int64_t Averager::lost() const {
