@@ -38,6 +38,26 @@ bool idempotent_call(const std::string& method) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// RestartBudget
+
+int RestartBudget::admit(const std::string& who, const std::string& failure) {
+  if (restarts_ >= policy_.max_restarts) {
+    const int n = restarts_ + 1;
+    throw ActorError(who + " failed " + (n == 1 ? std::string("once") : std::to_string(n) + " times") +
+                     ", more than max_restarts = " + std::to_string(policy_.max_restarts) + "; its last failure: " + failure);
+  }
+  ++restarts_;
+  if (policy_.backoff.count() > 0) {
+    double ms = static_cast<double>(policy_.backoff.count()) * std::pow(policy_.backoff_multiplier, restarts_ - 1);
+    ms = std::min(ms, static_cast<double>(policy_.max_backoff.count()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(ms)));
+  }
+  return restarts_;
+}
+
+std::vector<int> RestartBudget::ranks(int rank) const { return policy_.ranks.empty() ? std::vector<int>{rank} : policy_.ranks; }
+
+// ------------------------------------------------------------------------------------------------
 // HostSupervisor
 
 HostSupervisor::HostSupervisor(Runtime& rt, ActorRef ref, List rebuild, nn::ModulePtr model_template,
@@ -46,13 +66,12 @@ HostSupervisor::HostSupervisor(Runtime& rt, ActorRef ref, List rebuild, nn::Modu
       ref_(std::move(ref)),
       rebuild_(std::move(rebuild)),
       model_template_(std::move(model_template)),
-      policy_(std::move(policy)),
+      budget_(policy),
       module_(std::move(module)),
-      name_(ref_.name()),
-      first_rank_(ref_.rank()) {
-  if (policy_.max_restarts < 0)
-    throw ActorError("[actors] RestartPolicy: max_restarts must be >= 0, got " + std::to_string(policy_.max_restarts));
-  for (int r : policy_.ranks)
+      name_(ref_.name()) {
+  if (policy.max_restarts < 0)
+    throw ActorError("[actors] RestartPolicy: max_restarts must be >= 0, got " + std::to_string(policy.max_restarts));
+  for (int r : policy.ranks)
     if (r < 0 || r >= rt.size())
       throw ActorError("[actors] RestartPolicy: restart rank " + std::to_string(r) + ", but there are " +
                        std::to_string(rt.size()) + " ranks");
@@ -71,7 +90,7 @@ uint64_t HostSupervisor::generation() const {
 
 int HostSupervisor::restarts() const {
   std::lock_guard<std::mutex> g(mu_);
-  return restarts_;
+  return budget_.restarts();
 }
 
 int64_t HostSupervisor::checkpoint_step() const {
@@ -114,30 +133,24 @@ bool HostSupervisor::recover(uint64_t gen, const std::string& error) {
   last_failed_rank_ = ref_.rank();
   const std::string who = "[actors] module host '" + ref_.name() + "' (rank " + std::to_string(ref_.rank()) +
                           ") holding " + label("");
-  if (restarts_ >= policy_.max_restarts) {
-    final_error_ = who + " failed " + std::to_string(restarts_ + 1) + " time(s), more than max_restarts = " +
-                   std::to_string(policy_.max_restarts) + "; its last failure: " + error;
-    throw ActorError(final_error_);
+  try {
+    budget_.admit(who, error);  // past max_restarts: the limit error; else the back-off
+  } catch (const ActorError& e) {
+    final_error_ = e.what();
+    throw;
   }
-  ++restarts_;
   try {
     ref_.stop();  // a host that timed out may still run
   } catch (const std::exception&) {
   }
-  if (policy_.backoff.count() > 0) {
-    double ms = static_cast<double>(policy_.backoff.count()) * std::pow(policy_.backoff_multiplier, restarts_ - 1);
-    ms = std::min(ms, static_cast<double>(policy_.max_backoff.count()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(ms)));
-  }
-  std::vector<int> ranks = policy_.ranks;
-  if (ranks.empty()) ranks.push_back(last_failed_rank_);
+  const std::vector<int> ranks = budget_.ranks(last_failed_rank_);
   std::string errors;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int r = ranks[i];
     List spec = model_template_ ? module_spec(*rt_, model_template_->clone(), r, "", {}) : rebuild_;
     ActorRef next;
     try {
-      next = rt_->spawn_on_list(r, name_ + ".r" + std::to_string(restarts_) + (i ? "." + std::to_string(i) : ""),
+      next = rt_->spawn_on_list(r, name_ + ".r" + std::to_string(budget_.restarts()) + (i ? "." + std::to_string(i) : ""),
                                 "troupe.ModuleHost", spec);
       if (!ckpt_.is_none()) next.request<void>("restore", ckpt_).get();
     } catch (const std::exception& e) {
@@ -154,7 +167,7 @@ bool HostSupervisor::recover(uint64_t gen, const std::string& error) {
     ref_ = next;
     ++gen_;
     std::fprintf(stderr, "%s failed (%s); spawned again on rank %d from %s (restart %d of %d)\n", who.c_str(),
-                 error.c_str(), r, step_text(ckpt_step_).c_str(), restarts_, policy_.max_restarts);
+                 error.c_str(), r, step_text(ckpt_step_).c_str(), budget_.restarts(), budget_.policy().max_restarts);
     return true;
   }
   final_error_ = who + " failed and could not be spawned again (" + errors + "); its last failure: " + error;
@@ -167,7 +180,7 @@ void HostSupervisor::throw_restarted(const std::string& call, const std::string&
                            "' (rank " + std::to_string(last_failed_rank_) + ") failed: the host failed (" +
                            last_failure_ + ") and was spawned again as '" + ref_.name() + "' on rank " +
                            std::to_string(ref_.rank()) + " from " + step_text(ckpt_step_) + " (restart " +
-                           std::to_string(restarts_) + " of " + std::to_string(policy_.max_restarts) +
+                           std::to_string(budget_.restarts()) + " of " + std::to_string(budget_.policy().max_restarts) +
                            "); this call changes training state and was not retried: rewind to step " +
                            std::to_string(ckpt_step_) +
                            " (DistributedOptimizer::restore, or actors::load_checkpoint) and go on from there";

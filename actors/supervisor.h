@@ -107,6 +107,26 @@ int restarts(const RemoteModule& proxy);
 
 namespace detail {
 
+/// @private The restart bookkeeping every supervised actor shares (module hosts, the Averager, the RL
+/// collectors' workers): failures counted against the policy, the back-off, and the limit's text.
+class RestartBudget {
+ public:
+  explicit RestartBudget(RestartPolicy policy = {}) : policy_(std::move(policy)) {}
+  /// `who` ("[actors] averager 'a' (rank 1)") failed with `failure`. Past max_restarts throws ActorError
+  /// "<who> failed <n> times, more than max_restarts = <m>; its last failure: <failure>"; else waits the
+  /// back-off and returns the restart's number (1, 2, ...).
+  int admit(const std::string& who, const std::string& failure);
+  /// Restarts admitted so far.
+  int restarts() const { return restarts_; }
+  const RestartPolicy& policy() const { return policy_; }
+  /// The ranks a restart of an actor that ran on `rank` tries, in order: policy().ranks, else `rank`.
+  std::vector<int> ranks(int rank) const;
+
+ private:
+  RestartPolicy policy_;
+  int restarts_ = 0;
+};
+
 /// @private The caller's side of one supervised host, shared by every proxy of it, the autograd nodes
 /// of its forwards and DistributedOptimizer: the current actor, its generation (one per restart), the
 /// last checkpoint, and the restart itself.
@@ -117,7 +137,7 @@ class HostSupervisor {
   /// The current host and its generation; ActorError once the host is past its restarts.
   std::pair<ActorRef, uint64_t> current() const;
   uint64_t generation() const;
-  const RestartPolicy& policy() const { return policy_; }
+  const RestartPolicy& policy() const { return budget_.policy(); }
   const std::string& module() const { return module_; }
   int restarts() const;
   /// The step of the checkpoint a restart resumes from.
@@ -145,11 +165,9 @@ class HostSupervisor {
   uint64_t gen_ = 0;
   List rebuild_;                  // a module spec to build the subtree again ("factory", name, args)
   nn::ModulePtr model_template_;  // one process without a factory: cloned into each new host
-  RestartPolicy policy_;
+  RestartBudget budget_;
   std::string module_;   // its path in the placed model, or its class
   std::string name_;     // the first actor's name (restarts add ".r<k>")
-  int first_rank_ = 0;
-  int restarts_ = 0;
   Value ckpt_;
   int64_t ckpt_step_ = 0;
   std::string last_failure_, last_failed_name_, final_error_;  // the failure a restart followed

@@ -228,7 +228,7 @@ inline void restart_limit(Runtime& rt, int r1) {
   blk->host_actor().stop();
   std::string e = text_of([&] { (*blk)(x); });
   EXPECT_TRUE(contains(e, "module host 'sup.lim.r1' (rank " + std::to_string(r1) +
-                              ") holding `Block` failed 2 time(s), more than max_restarts = 1; its last failure: "))
+                              ") holding `Block` failed 2 times, more than max_restarts = 1; its last failure: "))
       << e;
   EXPECT_TRUE(contains(e, "request 'fwd' to actor 'sup.lim.r1'")) << e;
   EXPECT_TRUE(contains(e, "the actor is gone")) << e;
