@@ -245,7 +245,7 @@ class DistributedOptimizer {
   int64_t restore();
   /// step() calls made (restore() sets it back to the checkpoint's).
   int64_t steps() const { return steps_; }
-  /// The step of the last checkpoint.
+  /// The step of the last checkpoint (-1: none taken).
   int64_t checkpoint_step() const { return ckpt_step_; }
   /// @private: the optimizers' state by parameter name ("state.<name>.<key>", "param_groups.0.<option>"),
   /// and its load (actors::save_checkpoint / load_checkpoint).
@@ -268,7 +268,7 @@ class DistributedOptimizer {
   std::unique_ptr<optim::Optimizer> local_;
   std::vector<std::string> local_names_;
   std::weak_ptr<nn::Module> model_;
-  int64_t steps_ = 0, ckpt_step_ = 0, checkpoint_every_ = 0;
+  int64_t steps_ = 0, ckpt_step_ = -1, checkpoint_every_ = 0;
   nn::StateDict local_ckpt_, local_opt_ckpt_;
 };
 

@@ -366,6 +366,9 @@ void DistributedOptimizer::checkpoint() {
 }
 
 int64_t DistributedOptimizer::restore() {
+  if (ckpt_step_ < 0)
+    throw ActorError("[actors] DistributedOptimizer::restore: no checkpoint() was taken (one is taken when it is built "
+                     "over a supervised host, and every RestartPolicy::checkpoint_every steps)");
   std::vector<std::pair<Future<void>, uint64_t>> fs;
   for (auto& r : remote_) {
     if (r.ckpt.is_none())

@@ -38,6 +38,32 @@ TEST(Supervision, RestartPolicyChecksItsRanks) {
   });
 }
 
+TEST(Supervision, RestoreWithoutACheckpointSaysSo) {
+  register_chain();
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      Chain m;
+      place(ctx.actors(), m.ptr(), {{"enc", 1}});  // not supervised: no cut is taken
+      DistributedOptimizer opt(m.ptr(), sgd_options());
+      EXPECT_EQ(opt.checkpoint_step(), -1);
+      std::string e = text_of([&] { opt.restore(); });
+      EXPECT_TRUE(contains(e, "DistributedOptimizer::restore: no checkpoint() was taken")) << e;
+      train_step(m, opt, 0);
+      opt.checkpoint();
+      EXPECT_EQ(opt.checkpoint_step(), 1);
+      auto at1 = m->state_dict();
+      nn::StateDict copy;
+      for (const auto& [k, t] : at1) copy.insert_or_assign(k, t.clone());
+      train_step(m, opt, 1);
+      EXPECT_GT(state_diff(copy, m->state_dict()), 1e-6);
+      EXPECT_EQ(opt.restore(), 1);  // an unsupervised model rewinds too
+      EXPECT_EQ(opt.steps(), 1);
+      EXPECT_EQ(state_diff(copy, m->state_dict()), 0.0);
+    }
+    ctx.world->barrier();
+  });
+}
+
 TEST(WholeModelCheckpoint, SavedWithOnePlacementLoadsIntoAnotherAndIntoTheLocalModel) {
   on_ranks(3, [](launch::Context& ctx) {
     if (ctx.rank == 0) checkpoint_across_placements(ctx.actors(), 1, 2);
