@@ -40,7 +40,9 @@ struct RestartPolicy {
   int max_restarts = 0;
   /// The wait before restart k: backoff * backoff_multiplier^(k - 1), at most max_backoff.
   std::chrono::milliseconds backoff{0};
+  /// The back-off's growth per restart.
   double backoff_multiplier = 2.0;
+  /// The longest back-off.
   std::chrono::milliseconds max_backoff{std::chrono::seconds(10)};
   /// Ranks a restarted actor may go to, tried in order until a spawn succeeds (a rank whose process is
   /// gone fails at once); empty: the rank it ran on.
@@ -49,19 +51,23 @@ struct RestartPolicy {
   /// DistributedOptimizer::checkpoint() is called, and once when it is built).
   int64_t checkpoint_every = 0;
 
+  /// Sets max_restarts.
   RestartPolicy& restarts(int n) {
     max_restarts = n;
     return *this;
   }
+  /// Sets the back-off: `first` before the first restart, times `multiplier` before each next one.
   RestartPolicy& wait(std::chrono::milliseconds first, double multiplier = 2.0) {
     backoff = first;
     backoff_multiplier = multiplier;
     return *this;
   }
+  /// Sets the ranks a restart tries, in order.
   RestartPolicy& on_ranks(std::vector<int> r) {
     ranks = std::move(r);
     return *this;
   }
+  /// Sets checkpoint_every.
   RestartPolicy& every(int64_t steps) {
     checkpoint_every = steps;
     return *this;
@@ -118,6 +124,7 @@ class RestartBudget {
   int admit(const std::string& who, const std::string& failure);
   /// Restarts admitted so far.
   int restarts() const { return restarts_; }
+  /// The policy it counts against.
   const RestartPolicy& policy() const { return policy_; }
   /// The ranks a restart of an actor that ran on `rank` tries, in order: policy().ranks, else `rank`.
   std::vector<int> ranks(int rank) const;
@@ -136,9 +143,13 @@ class HostSupervisor {
                  std::string module);
   /// The current host and its generation; ActorError once the host is past its restarts.
   std::pair<ActorRef, uint64_t> current() const;
+  /// The current generation (one more per restart).
   uint64_t generation() const;
+  /// The policy it follows.
   const RestartPolicy& policy() const { return budget_.policy(); }
+  /// The module's name in errors: its path in the placed model, or its class.
   const std::string& module() const { return module_; }
+  /// Restarts so far.
   int restarts() const;
   /// The step of the checkpoint a restart resumes from.
   int64_t checkpoint_step() const;
