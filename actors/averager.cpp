@@ -2,6 +2,7 @@
 // its bounded, coalescing queue.
 #include <troupe/actors/averager.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include <troupe/actors/actor.h>
 #include <troupe/actors/remote_module.h>
+#include <troupe/actors/supervisor.h>
 #include <troupe/tensor/autograd.h>
 
 namespace troupe::actors {
@@ -135,7 +137,7 @@ struct Averager::Queue {
   std::string name;
   List spawn_args;               // the factory's arguments, with a module spec to build from again
   nn::ModulePtr model_template;  // in one process: a copy to hand to a restarted averager
-  int max_restarts = 0, restarts = 0;
+  detail::RestartBudget budget;  // max_restarts, the restarts so far, the limit's text
   int64_t checkpoint_every = 0, applied_since_ckpt = 0;
   bool has_ckpt = false;
   Value ckpt_state;
@@ -184,14 +186,15 @@ void Averager::prune_locked(std::unique_lock<std::mutex>&) {
     q.ckpt_pending = {};
   }
   if (!failure.empty()) {
-    if (q.restarts < q.max_restarts && q.rt) {
-      restart_locked(failure);
-    } else {
-      if (q.error.empty()) q.error = failure;
-      if (q.max_restarts > 0)
-        q.error = "[actors] averager '" + q.name + "' (rank " + std::to_string(q.rank) + ") failed after " +
-                  std::to_string(q.restarts) + " restart(s) (max_restarts " + std::to_string(q.max_restarts) +
-                  "); its last failure: " + failure;
+    if (q.budget.policy().max_restarts > 0 && q.rt && q.error.empty()) {
+      try {
+        q.budget.admit("[actors] averager '" + q.name + "' (rank " + std::to_string(q.rank) + ")", failure);
+        restart_locked(failure);
+      } catch (const ActorError& e) {
+        q.error = e.what();  // past max_restarts (or the restart failed): flush() throws it
+      }
+    } else if (q.error.empty()) {
+      q.error = failure;
     }
   }
   if (q.checkpoint_every > 0 && q.applied_since_ckpt >= q.checkpoint_every && !q.ckpt_pending.valid()) {
@@ -202,7 +205,6 @@ void Averager::prune_locked(std::unique_lock<std::mutex>&) {
 
 void Averager::restart_locked(const std::string& why) {
   Queue& q = *q_;
-  ++q.restarts;
   // what was in flight is lost with the old actor
   q.lost += static_cast<int64_t>(q.in_flight.size());
   q.in_flight.clear();
@@ -215,11 +217,11 @@ void Averager::restart_locked(const std::string& why) {
   if (q.model_template) {  // one process: hand over a fresh copy
     args[0] = Value(detail::module_spec(*q.rt, q.model_template->clone(), q.rank, "", {}));
   }
-  q.ref = q.rt->spawn_on_list(q.rank, q.name + ".r" + std::to_string(q.restarts), "troupe.Averager", args);
+  q.ref = q.rt->spawn_on_list(q.rank, q.name + ".r" + std::to_string(q.budget.restarts()), "troupe.Averager", args);
   if (q.has_ckpt) q.ref.request<void>("restore", q.ckpt_state, q.ckpt_applied).get();
   std::fprintf(stderr, "[actors] averager '%s' (rank %d) failed (%s); spawned again from its %s (restart %d of %d)\n",
                q.name.c_str(), q.rank, why.c_str(), q.has_ckpt ? "last checkpoint" : "initial state (no checkpoint yet)",
-               q.restarts, q.max_restarts);
+               q.budget.restarts(), q.budget.policy().max_restarts);
 }
 
 Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, AveragerOptions o, std::string name) {
@@ -244,7 +246,7 @@ Averager Averager::spawn(Runtime& rt, int rank, const nn::ModulePtr& model, Aver
   q.rank = rank;
   q.name = name;
   q.spawn_args = args;
-  q.max_restarts = o.max_restarts;
+  q.budget = detail::RestartBudget(RestartPolicy().restarts(o.max_restarts));
   q.checkpoint_every = o.checkpoint_every;
   q.update_every = o.update_every;
   if (!rt.networked() && o.max_restarts > 0) q.model_template = model->clone();
@@ -311,13 +313,25 @@ void Averager::checkpoint() {
   q_->applied_since_ckpt = 0;
 }
 
+void Averager::load_state_dict(const nn::StateDict& state, const std::vector<int64_t>& applied) {
+  flush();
+  std::unique_lock<std::mutex> lock(q_->mu);
+  Value sd(detail::state_pairs(state));
+  q_->ref.request<void>("restore", sd, applied).get();
+  q_->ckpt_state = sd;
+  q_->ckpt_applied = applied;
+  q_->has_ckpt = true;
+  q_->applied_since_ckpt = 0;
+  for (int64_t v : applied) q_->sent = std::max(q_->sent, v);
+}
+
 int64_t Averager::lost() const {
   std::lock_guard<std::mutex> g(q_->mu);
   return q_->lost;
 }
 int Averager::restarts() const {
   std::lock_guard<std::mutex> g(q_->mu);
-  return q_->restarts;
+  return q_->budget.restarts();
 }
 
 int64_t Averager::versions_sent() const {

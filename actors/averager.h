@@ -111,6 +111,9 @@ class Averager {
 
   /// The AveragedModel's state_dict ("n_averaged", "module.<name>").
   nn::StateDict state_dict() const;
+  /// Loads an AveragedModel state_dict and the versions it had applied (actors::load_checkpoint); a
+  /// restart then resumes from it, and later versions are numbered after them.
+  void load_state_dict(const nn::StateDict& state, const std::vector<int64_t>& applied = {});
   /// Loads the averaged weights ("module.*") into `model` (same architecture).
   void load_into(nn::Module& model) const;
   /// A forward pass of the averaged model (in its current train/eval mode).

@@ -14,6 +14,7 @@
 
 #include <troupe/actors/actor.h>
 #include <troupe/actors/introspect.h>
+#include <troupe/actors/supervisor.h>
 #include <troupe/nn/registry.h>
 #include <troupe/optim/adam.h>
 #include <troupe/optim/adamw.h>
@@ -227,17 +228,37 @@ class ModuleHost : public Actor {
     });
     handle("repr", [this](std::string path) { return guard(path, [&](nn::Module& m) { return Value(m.repr()); }); });
     handle("opt_new", [this](std::string path, std::string kind, Value options) {
-      return guard(path, [&](nn::Module& m) {
-        nn::StateDict sd = dict_of(options);
-        auto opt = make_optimizer(m.parameters(), *options_of(kind, sd));
-        int64_t id = next_id_++;
-        optimizers_[id] = std::move(opt);
-        return Value(id);
-      });
+      int64_t id = next_id_++;
+      new_optimizer(id, List{Value(path), Value(kind), options});
+      return id;
     });
     handle("opt_step", [this](int64_t id) { optimizer(id).step(); });
     handle("opt_zero", [this](int64_t id, bool none) { optimizer(id).zero_grad(none); });
-    handle("opt_drop", [this](int64_t id) { optimizers_.erase(id); });
+    handle("opt_drop", [this](int64_t id) {
+      optimizers_.erase(id);
+      opt_specs_.erase(id);
+    });
+    handle("opt_sd", [this](int64_t id) { return Value(pairs_of(optimizer(id).state_dict())); });
+    handle("opt_load", [this](int64_t id, Value sd) { optimizer(id).load_state_dict(dict_of(sd)); });
+    // supervision (supervisor.h): the subtree and its optimizers as one checkpoint, and its restore
+    handle("ckpt", [this] {
+      List opts;
+      for (const auto& [id, spec] : opt_specs_)
+        opts.emplace_back(List{Value(id), Value(spec), Value(pairs_of(optimizer(id).state_dict()))});
+      return List{detail::module_checkpoint(*root_), Value(std::move(opts))};
+    });
+    handle("restore", [this](List c) {
+      detail::module_restore(*root_, c.at(0));
+      optimizers_.clear();
+      opt_specs_.clear();
+      for (const auto& e : c.at(1).as<List>()) {
+        const List& o = e.as<List>();
+        const int64_t id = o.at(0).as<int64_t>();
+        new_optimizer(id, o.at(1).as<List>());
+        optimizer(id).load_state_dict(dict_of(o.at(2)));
+        next_id_ = std::max(next_id_, id + 1);
+      }
+    });
   }
 
  private:
@@ -361,6 +382,15 @@ class ModuleHost : public Actor {
     return id;
   }
 
+  // An optimizer over the parameters of the module at spec's path ([path, kind, options]), as `id`.
+  void new_optimizer(int64_t id, const List& spec) {
+    guard(spec.at(0).as<std::string>(), [&](nn::Module& m) {
+      optimizers_[id] = make_optimizer(m.parameters(), *options_of(spec.at(1).as<std::string>(), dict_of(spec.at(2))));
+      opt_specs_[id] = spec;
+      return Value();
+    });
+  }
+
   optim::Optimizer& optimizer(int64_t id) {
     auto it = optimizers_.find(id);
     if (it == optimizers_.end()) throw ActorError("no optimizer " + std::to_string(id) + " on this host");
@@ -371,6 +401,7 @@ class ModuleHost : public Actor {
   std::unordered_map<int64_t, Recorded> recorded_;
   std::unordered_map<int64_t, nn::RemovableHandle> hooks_;
   std::unordered_map<int64_t, std::unique_ptr<optim::Optimizer>> optimizers_;
+  std::map<int64_t, List> opt_specs_;  // what each optimizer was built from (a restore builds it again)
   int64_t next_id_ = 1;
 };
 
@@ -465,7 +496,10 @@ namespace {
 struct RemoteCall {
   ActorRef host;
   int64_t key;
-  RemoteCall(ActorRef h, int64_t k) : host(std::move(h)), key(k) {}
+  std::shared_ptr<detail::HostSupervisor> sup;  // a supervised host: its generation at the forward
+  uint64_t gen;
+  RemoteCall(ActorRef h, int64_t k, std::shared_ptr<detail::HostSupervisor> s, uint64_t g)
+      : host(std::move(h)), key(k), sup(std::move(s)), gen(g) {}
   ~RemoteCall() {
     try {
       if (running()) host.send("rel", key);
@@ -491,7 +525,14 @@ struct RemoteCallNode : autograd::Node {
     List g;
     g.reserve(grads.size());
     for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
-    List r = call->host.request<List>("bwd", call->key, std::move(g)).get();
+    if (call->sup) call->sup->check_graph(call->gen, what);  // a restarted host lost the graph
+    List r;
+    try {
+      r = call->host.request<List>("bwd", call->key, std::move(g)).get();
+    } catch (const ActorError& e) {
+      if (call->sup && call->sup->recover(call->gen, e.what())) call->sup->check_graph(call->gen, what);
+      throw;
+    }
     autograd::variable_list out(num_outputs());
     for (size_t i = 0; i < r.size() && i < out.size(); ++i)
       if (!r[i].is_none()) out[i] = r[i].as<Tensor>();
@@ -500,8 +541,8 @@ struct RemoteCallNode : autograd::Node {
 };
 
 nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
-                 const std::string& what) {
-  auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key), what);
+                 const std::string& what, std::shared_ptr<detail::HostSupervisor> sup, uint64_t gen) {
+  auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key, std::move(sup), gen), what);
   node->next_edges.reserve(inputs.size());
   for (const auto& t : inputs)
     node->next_edges.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : autograd::Edge{});
@@ -598,21 +639,27 @@ RemoteModule::RemoteModule(ActorRef host, std::string path, std::string class_na
   training_ = training;
 }
 
+ActorRef RemoteModule::host_actor() const { return sup_ ? sup_->current().first : host_; }
+
 RemoteModule::~RemoteModule() {
   if (!owner_) return;
   try {
-    if (running()) host_.stop();
+    if (running()) (sup_ ? sup_->current().first : host_).stop();
   } catch (const std::exception&) {
   }
 }
 
 template <class R, class... A>
 R RemoteModule::ask(const std::string& method, A&&... args) const {
-  return host_.request<R>(method, path_, std::forward<A>(args)...).get();
+  if (!sup_) return host_.request<R>(method, path_, std::forward<A>(args)...).get();
+  return detail::supervised_call(sup_.get(), method, path_, detail::idempotent_call(method),
+                                 [&] { return sup_->current().first.request<R>(method, path_, args...).get(); });
 }
 
 RemoteModulePtr RemoteModule::sub(const std::string& rel, const std::string& class_name, bool training) const {
-  return std::make_shared<RemoteModule>(host_, join_path(path_, rel), class_name, caller_rank_, training);
+  auto p = std::make_shared<RemoteModule>(host_, join_path(path_, rel), class_name, caller_rank_, training);
+  p->sup_ = sup_;
+  return p;
 }
 
 std::string RemoteModule::repr() const {
@@ -639,24 +686,30 @@ Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwa
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
   const int64_t key = next_key();
   const int64_t flags = (grad ? 1 : 0) | (hooks ? 2 : 0);
-  auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
-  ActorRef h = host_;
-  std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank());
-  return f.then([inputs = std::move(inputs), h, key, what](List r) {
+  auto [h, gen] = sup_ ? sup_->current() : std::pair<ActorRef, uint64_t>(host_, 0);
+  auto f = h.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
+  std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(h.rank());
+  return f.then([inputs = std::move(inputs), h = h, key, what, sup = sup_, gen = gen](List r) {
     nn::Value out = from_value<nn::Value>(r.at(1));
     if (!r.at(0).as<bool>()) return out;
-    return attach(std::move(out), inputs, h, key, what);
+    return attach(std::move(out), inputs, h, key, what, sup, gen);
   });
+}
+
+// A forward waited for here: a supervised host's failure is retried when the call records nothing
+// that training depends on (no_grad, or eval mode), else reported (supervisor.h).
+nn::Value RemoteModule::forward_now(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks) {
+  if (!sup_) return send_forward(args, kwargs, hooks).get();
+  const bool idempotent = !autograd::GradMode::is_enabled() || !training_;
+  return detail::supervised_call(sup_.get(), "fwd", path_, idempotent, [&] { return send_forward(args, kwargs, hooks).get(); });
 }
 
 Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) { return send_forward(args, kwargs, true); }
 
-nn::Value RemoteModule::call(nn::Args args, nn::Kwargs kwargs) {
-  return forward_async(std::move(args), std::move(kwargs)).get();
-}
+nn::Value RemoteModule::call(nn::Args args, nn::Kwargs kwargs) { return forward_now(args, kwargs, true); }
 
 nn::Value RemoteModule::forward_args(const nn::Args& args, const nn::Kwargs& kwargs) {
-  return send_forward(args, kwargs, false).get();  // without the hooks, as Module::forward_args
+  return forward_now(args, kwargs, false);  // without the hooks, as Module::forward_args
 }
 
 Tensor RemoteModule::forward(const Tensor& input) {
@@ -669,12 +722,12 @@ Tensor RemoteModule::forward(const Tensor& input) {
 
 OrderedDict<std::string, Tensor> RemoteModule::named_parameters(const std::string& prefix, bool recurse,
                                                                 bool remove_duplicate) const {
-  return dict_of(host_.request<Value>("members", path_, prefix, recurse, remove_duplicate, false).get());
+  return dict_of(ask<Value>("members", prefix, recurse, remove_duplicate, false));
 }
 
 OrderedDict<std::string, Tensor> RemoteModule::named_buffers(const std::string& prefix, bool recurse,
                                                              bool remove_duplicate) const {
-  return dict_of(host_.request<Value>("members", path_, prefix, recurse, remove_duplicate, true).get());
+  return dict_of(ask<Value>("members", prefix, recurse, remove_duplicate, true));
 }
 
 OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_children() const {
@@ -689,7 +742,7 @@ OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_children() const {
 OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_modules(const std::string& prefix, bool remove_duplicate) {
   OrderedDict<std::string, nn::ModulePtr> out;
   out.insert_or_assign(prefix, shared_from_this());
-  for (const auto& e : host_.request<List>("modules", path_, remove_duplicate).get()) {
+  for (const auto& e : ask<List>("modules", remove_duplicate)) {
     const List& t = e.as<List>();
     const std::string& rel = t.at(0).as<std::string>();
     out.insert_or_assign(join_path(prefix, rel), sub(rel, t.at(1).as<std::string>(), t.at(2).as<bool>()));
@@ -700,14 +753,12 @@ OrderedDict<std::string, nn::ModulePtr> RemoteModule::named_modules(const std::s
 nn::ModulePtr RemoteModule::get_submodule(const std::string& target) {
   if (target.empty()) return shared_from_this();
   const std::string full = join_path(path_, target);
-  List info;
-  try {
-    info = host_.request<List>("submod", full).get();
-  } catch (const ActorError& e) {
-    // the host's AttributeError text, after the request's context
-    throw;
-  }
-  return std::make_shared<RemoteModule>(host_, full, info.at(0).as<std::string>(), caller_rank_, info.at(1).as<bool>());
+  // an unknown path fails with the host's AttributeError text, after the request's context
+  List info = detail::supervised_call(sup_.get(), "submod", path_, true,
+                                      [&] { return host_actor().request<List>("submod", full).get(); });
+  auto p = std::make_shared<RemoteModule>(host_, full, info.at(0).as<std::string>(), caller_rank_, info.at(1).as<bool>());
+  p->sup_ = sup_;
+  return p;
 }
 
 Tensor RemoteModule::get_parameter(const std::string& target) { return ask<Tensor>("getp", target, false); }
@@ -731,6 +782,7 @@ nn::Module& RemoteModule::apply(const std::string& registered_fn) {
 nn::Module& RemoteModule::train(bool mode) {
   ask<void>("train", mode);
   training_ = mode;
+  if (sup_) sup_->note_train(path_, mode);  // a restart keeps it
   return *this;
 }
 
@@ -767,11 +819,11 @@ nn::Module& RemoteModule::apply_to_tensors(const std::function<Tensor(const Tens
 // ---- state
 
 nn::StateDict RemoteModule::state_dict(const std::string& prefix, bool keep_vars) {
-  return dict_of(host_.request<Value>("sd", path_, prefix, keep_vars).get());
+  return dict_of(ask<Value>("sd", prefix, keep_vars));
 }
 
 void RemoteModule::save_to_state_dict(nn::StateDict& out, const std::string& prefix, bool keep_vars) const {
-  for (auto& [k, t] : dict_of(host_.request<Value>("sd", path_, prefix, keep_vars).get())) out.insert_or_assign(k, t);
+  for (auto& [k, t] : dict_of(ask<Value>("sd", prefix, keep_vars))) out.insert_or_assign(k, t);
 }
 
 nn::StateDictCheck RemoteModule::check_state_dict(const nn::StateDict& sd, const std::string& prefix) {
@@ -810,7 +862,7 @@ nn::RemovableHandle RemoteModule::add_hook(const char* kind, const std::string& 
                                 ", which runs its hooks: a callable cannot travel there; register the hook by name "
                                 "(nn::registry, on every rank) and pass the name");
   int64_t id = ask<int64_t>("hook", std::string(kind), registered_name, prepend, always_call);
-  ActorRef h = host_;
+  ActorRef h = host_actor();
   return nn::RemovableHandle([h, id] {
     try {
       if (running()) h.send("unhook", id);
@@ -850,18 +902,18 @@ int64_t RemoteModule::next_key() const { return (caller_rank_ << 44) | g_next_ca
 Future<List> RemoteModule::forward_keyed(const nn::Args& args, int64_t key, const std::vector<bool>& needs) {
   List a;
   for (const auto& v : args) a.push_back(to_value(v));
-  return host_.request<List>("fwd", path_, std::move(a), List{}, int64_t(3), key, needs);
+  return host_actor().request<List>("fwd", path_, std::move(a), List{}, int64_t(3), key, needs);
 }
 
 Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads) {
   List g;
   for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
-  return host_.request<List>("bwd", key, std::move(g));
+  return host_actor().request<List>("bwd", key, std::move(g));
 }
 
 void RemoteModule::release_key(int64_t key) {
   try {
-    if (running()) host_.send("rel", key);
+    if (running()) host_actor().send("rel", key);
   } catch (const std::exception&) {
   }
 }
@@ -871,7 +923,7 @@ void RemoteModule::release_key(int64_t key) {
 Future<int64_t> RemoteModule::make_optimizer(const optim::OptimizerOptions& options) {
   nn::StateDict sd;
   options.write(sd, "");
-  return host_.request<int64_t>("opt_new", path_, std::string(options_kind(options)), Value(pairs_of(sd)));
+  return host_actor().request<int64_t>("opt_new", path_, std::string(options_kind(options)), Value(pairs_of(sd)));
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, const optim::OptimizerOptions& options) {
@@ -885,62 +937,85 @@ std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, con
   return std::make_unique<optim::RMSprop>(std::move(params), static_cast<optim::RMSpropOptions&>(*o));
 }
 
-namespace {
-// The tree's local parameters (de-duplicated) and its hosted subtrees, without walking into them.
-void split_tree(nn::Module& root, std::vector<Tensor>& local, std::vector<RemoteModule*>& remote) {
-  std::unordered_set<const nn::Module*> memo;
-  std::unordered_set<const TensorImpl*> seen;
-  std::vector<nn::Module*> stack{&root};
-  while (!stack.empty()) {
-    nn::Module* m = stack.back();
-    stack.pop_back();
-    if (!memo.insert(m).second) continue;
-    if (auto* r = dynamic_cast<RemoteModule*>(m)) {
-      remote.push_back(r);
-      continue;
-    }
-    for (const auto& [k, p] : m->parameters_dict())
-      if (p.defined() && seen.insert(p.impl()).second) local.push_back(p);
-    const auto& kids = m->children_dict().items();
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
-      if (it->second) stack.push_back(it->second.get());
-  }
-}
-}  // namespace
-
-DistributedOptimizer::DistributedOptimizer(const nn::ModulePtr& model, const optim::OptimizerOptions& options) {
+DistributedOptimizer::DistributedOptimizer(const nn::ModulePtr& model, const optim::OptimizerOptions& options)
+    : model_(model) {
   if (!model) throw ActorError("[actors] DistributedOptimizer: the model is null");
+  detail::TreeSplit split = detail::split_tree(*model);
+  std::vector<Future<int64_t>> pending;
+  for (auto& [prefix, r] : split.hosts) pending.push_back(r->make_optimizer(options));
+  bool supervised = false;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    RemoteModule* r = split.hosts[i].second;
+    Remote rm{r->host_actor(), pending[i].get(), r->supervisor(), 0, split.hosts[i].first, r->path(), Value()};
+    if (rm.sup) {
+      supervised = true;
+      rm.gen = rm.sup->generation();
+      const int64_t k = rm.sup->policy().checkpoint_every;
+      if (k > 0) checkpoint_every_ = checkpoint_every_ == 0 ? k : std::min(checkpoint_every_, k);
+    }
+    remote_.push_back(std::move(rm));
+  }
   std::vector<Tensor> local;
-  std::vector<RemoteModule*> remote;
-  split_tree(*model, local, remote);
-  std::vector<std::pair<ActorRef, Future<int64_t>>> pending;
-  for (auto* r : remote) pending.emplace_back(r->host_actor(), r->make_optimizer(options));
-  for (auto& [h, f] : pending) remote_.push_back({h, f.get()});
+  for (auto& [name, p] : split.local_params) {
+    local.push_back(p);
+    local_names_.push_back(name);
+  }
   if (!local.empty()) local_ = make_optimizer(std::move(local), options);
+  if (supervised) checkpoint();  // a restart before the first checkpoint_every resumes from here
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
   for (auto& r : remote_) {
     try {
-      if (running()) r.host.send("opt_drop", r.id);
+      if (running()) r.target().send("opt_drop", r.id);
     } catch (const std::exception&) {
     }
   }
 }
 
+ActorRef DistributedOptimizer::Remote::target() const { return sup ? sup->current().first : host; }
+
 void DistributedOptimizer::step() {
-  std::vector<Future<void>> fs;
+  check_restarts();  // a host restarted since the last step: nothing steps (supervisor.cpp)
+  std::vector<std::pair<Future<void>, uint64_t>> fs;
   fs.reserve(remote_.size());
-  for (auto& r : remote_) fs.push_back(r.host.request<void>("opt_step", r.id));
+  for (auto& r : remote_) {
+    auto [h, gen] = r.sup ? r.sup->current() : std::pair<ActorRef, uint64_t>(r.host, 0);
+    fs.emplace_back(h.request<void>("opt_step", r.id), gen);
+  }
   if (local_) local_->step();
-  for (auto& f : fs) f.get();
+  const Remote* restarted = nullptr;
+  for (size_t i = 0; i < fs.size(); ++i) {
+    try {
+      fs[i].first.get();
+    } catch (const ActorError& e) {
+      if (!remote_[i].sup || !remote_[i].sup->recover(fs[i].second, e.what())) throw;
+      if (!restarted) restarted = &remote_[i];
+    }
+  }
+  if (restarted) restarted->sup->throw_restarted("opt_step", restarted->path);
+  ++steps_;
+  if (checkpoint_every_ > 0 && steps_ % checkpoint_every_ == 0) checkpoint();
 }
 
 void DistributedOptimizer::zero_grad(bool set_to_none) {
-  std::vector<Future<void>> fs;
-  for (auto& r : remote_) fs.push_back(r.host.request<void>("opt_zero", r.id, set_to_none));
+  std::vector<std::pair<Future<void>, uint64_t>> fs;
+  for (auto& r : remote_) {
+    auto [h, gen] = r.sup ? r.sup->current() : std::pair<ActorRef, uint64_t>(r.host, 0);
+    fs.emplace_back(h.request<void>("opt_zero", r.id, set_to_none), gen);
+  }
   if (local_) local_->zero_grad(set_to_none);
-  for (auto& f : fs) f.get();
+  for (size_t i = 0; i < fs.size(); ++i) {
+    try {
+      fs[i].first.get();
+    } catch (const ActorError& e) {
+      Remote& r = remote_[i];
+      if (!r.sup || !r.sup->recover(fs[i].second, e.what())) throw;
+      // retried on the restarted host
+      detail::supervised_call(r.sup.get(), "opt_zero", r.path, true,
+                              [&] { r.target().request<void>("opt_zero", r.id, set_to_none).get(); });
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ class RemoteModule;
 using RemoteModulePtr = std::shared_ptr<RemoteModule>;
 
 namespace detail {
+class HostSupervisor;  // supervisor.h
 /// @private How a module reaches another rank's actor: ("handoff", id, []) in one process (the object
 /// itself), ("factory", name, args) across processes (built there; the caller then loads its state).
 List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args);
@@ -108,10 +109,10 @@ class RemoteModule : public nn::Module {
   RemoteModule(ActorRef host, std::string path, std::string class_name, int64_t caller_rank, bool training);
   ~RemoteModule() override;
 
-  /// The host actor.
-  const ActorRef& host_actor() const { return host_; }
+  /// The host actor (the current one, after a supervised restart).
+  ActorRef host_actor() const;
   /// The rank the subtree lives on.
-  int host_rank() const { return host_.rank(); }
+  int host_rank() const { return host_actor().rank(); }
   /// The module's path inside its host ("" for the hosted root).
   const std::string& path() const { return path_; }
 
@@ -191,6 +192,9 @@ class RemoteModule : public nn::Module {
   int64_t caller_rank() const { return caller_rank_; }
   /// @private: the proxy host() returned stops its host actor when it is destroyed.
   void set_owner(bool owner) { owner_ = owner; }
+  /// @private: supervision of the host (supervisor.h); proxies made from this one share it.
+  void set_supervisor(std::shared_ptr<detail::HostSupervisor> s) { sup_ = std::move(s); }
+  const std::shared_ptr<detail::HostSupervisor>& supervisor() const { return sup_; }
 
  protected:
   void save_to_state_dict(nn::StateDict& out, const std::string& prefix, bool keep_vars) const override;
@@ -199,6 +203,7 @@ class RemoteModule : public nn::Module {
   template <class R = Value, class... A>
   R ask(const std::string& method, A&&... args) const;
   Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
+  nn::Value forward_now(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
   nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
                                bool always_call) ;
   RemoteModulePtr sub(const std::string& path, const std::string& class_name, bool training) const;
@@ -208,6 +213,7 @@ class RemoteModule : public nn::Module {
   std::string class_name_;
   int64_t caller_rank_;
   bool owner_ = false;
+  std::shared_ptr<detail::HostSupervisor> sup_;
 };
 
 /// torch.distributed.optim.DistributedOptimizer: one optimizer per host over the parameters it holds,
@@ -229,13 +235,41 @@ class DistributedOptimizer {
   /// The optimizer of the local parameters (null when the model has none).
   optim::Optimizer* local() const { return local_.get(); }
 
+  // Consistent cuts (supervisor.cpp): taken between steps, so no step is in flight.
+  /// Checkpoints every host's subtree and optimizer state (a supervised host restarts from it) and the
+  /// model's local parameters, buffers and optimizer state, labelled steps(). Also done when built and,
+  /// when a host's RestartPolicy says checkpoint_every K, after every K-th step.
+  void checkpoint();
+  /// Rewinds every part of the model and every optimizer to the last checkpoint() (after a
+  /// HostRestartedError, the one the host was restarted from) and returns its step.
+  int64_t restore();
+  /// step() calls made (restore() sets it back to the checkpoint's).
+  int64_t steps() const { return steps_; }
+  /// The step of the last checkpoint (-1: none taken).
+  int64_t checkpoint_step() const { return ckpt_step_; }
+  /// @private: the optimizers' state by parameter name ("state.<name>.<key>", "param_groups.0.<option>"),
+  /// and its load (actors::save_checkpoint / load_checkpoint).
+  nn::StateDict named_state_dict();
+  void load_named_state_dict(const nn::StateDict& state, int64_t steps);
+
  private:
   struct Remote {
     ActorRef host;
     int64_t id;
+    std::shared_ptr<detail::HostSupervisor> sup;  // null: not supervised
+    uint64_t gen = 0;                             // the host's generation at the last step / restore
+    std::string prefix;                           // the subtree's path in the model
+    std::string path;                             // and inside its host
+    Value ckpt;                                   // its part of the last cut
+    ActorRef target() const;
   };
+  void check_restarts();
   std::vector<Remote> remote_;
   std::unique_ptr<optim::Optimizer> local_;
+  std::vector<std::string> local_names_;
+  std::weak_ptr<nn::Module> model_;
+  int64_t steps_ = 0, ckpt_step_ = -1, checkpoint_every_ = 0;
+  nn::StateDict local_ckpt_, local_opt_ckpt_;
 };
 
 /// Builds the optimizer `options` belongs to (SGDOptions -> SGD, ...) over `params`; ActorError for an

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <troupe/actors/actor.h>
+#include <troupe/actors/supervisor.h>
 #include <troupe/rl/cartpole.h>
 #include <troupe/rl/collector.h>
 #include <troupe/rl/multistep.h>
@@ -266,7 +267,7 @@ void RemoteReplayBuffer::load_state_dict(const nn::StateDict& state) const {
 struct MultiaSyncDataCollector::Worker {
   ActorRef ref;
   actors::Future<List> pending;
-  int restarts = 0;
+  actors::detail::RestartBudget budget;  // its restarts against max_restarts, the limit's text
 };
 
 MultiaSyncDataCollector::MultiaSyncDataCollector(actors::Runtime& rt, std::vector<int> ranks, CollectorSpec spec,
@@ -292,6 +293,7 @@ MultiaSyncDataCollector::MultiaSyncDataCollector(actors::Runtime& rt, std::vecto
   workers_.resize(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     workers_[i] = std::make_unique<Worker>();
+    workers_[i]->budget = actors::detail::RestartBudget(actors::RestartPolicy().restarts(max_restarts_));
     start(i);
   }
 }
@@ -306,7 +308,7 @@ void MultiaSyncDataCollector::start(size_t i) {
   try {
     w.ref = rt_.spawn_on(ranks_[i], name, "troupe.rl.Collector", encode(spec_), mspec,
                          replay_.ref().valid() ? Value(replay_.ref()) : Value(), static_cast<int64_t>(i),
-                         static_cast<int64_t>(w.restarts));
+                         static_cast<int64_t>(w.budget.restarts()));
   } catch (...) {
     actors::detail::drop_handoff(mspec);
     throw;
@@ -321,10 +323,7 @@ std::optional<CollectedBatch> MultiaSyncDataCollector::take(size_t i) {
   try {
     r = w.pending.get();
   } catch (const ActorError& e) {
-    if (++w.restarts > max_restarts_)
-      throw ActorError("[rl] collector worker " + std::to_string(i) + " (rank " + std::to_string(ranks_[i]) + ") failed " +
-                       std::to_string(w.restarts) + " times, more than max_restarts = " + std::to_string(max_restarts_) +
-                       "; its last failure: " + e.what());
+    w.budget.admit("[rl] collector worker " + std::to_string(i) + " (rank " + std::to_string(ranks_[i]) + ")", e.what());
     ++restarts_;
     try {
       w.ref.stop();

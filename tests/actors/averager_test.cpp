@@ -191,7 +191,7 @@ TEST(Averager, AStoppedAveragerComesBackFromItsCheckpoint) {
       av.ref().stop();
       step(20);
       std::string e = error_of([&] { av.flush(); });
-      EXPECT_TRUE(contains(e, "averager 'sup' (rank 1) failed after 1 restart(s)")) << e;
+      EXPECT_TRUE(contains(e, "averager 'sup' (rank 1) failed 2 times, more than max_restarts = 1; its last failure: ")) << e;
     }
     ctx.world->barrier();
   });
