@@ -38,13 +38,24 @@ constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router f
 // Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
 // tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES).
 constexpr int64_t kLaneInlineBytes = 32 << 10;
-// The lane thread polls (yielding the core between looks) for this long after the last message, then
-// sleeps between looks, 20 us doubling up to kLaneMaxNap (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
-constexpr int64_t kLaneSpinUs = 2000;
-constexpr int64_t kLaneMaxNapUs = 500;
+// The lane thread polls (yielding the core between looks) for this long after the last message and while
+// its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
+// doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
+// some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
+constexpr int64_t kLaneSpinUs = 20;
+constexpr int64_t kLaneNapUs = 5000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
-constexpr int64_t kLaneWaitSpinUs = 2000;
+constexpr int64_t kLaneWaitSpinUs = 50;
+// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
+// 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
+// the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
+// by CAF (a message above the eager limit needs a rendezvous, which costs the sender a scheduling round
+// on a loaded machine: 1-2 ms for 4 KB-1 MB, against CAF's 0.1-1.6 ms); one with a tensor of at least
+// kLaneBodyBytes takes the lane again, its big tensors as bodies (16 MB: 5-6 ms against CAF's 7.5-10 ms)
+// (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
+constexpr int64_t kLaneSmallBytes = 3072;
+constexpr int64_t kLaneBodyBytes = int64_t{4} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
 
@@ -69,6 +80,23 @@ bool has_refs(const List& l) {
     if (has_refs(x)) return true;
   return false;
 }
+/// What a message's values weigh on the wire, roughly (bytes), and its largest tensor.
+void weigh(const Value& v, int64_t& total, int64_t& largest) {
+  if (v.is<Tensor>()) {
+    const Tensor& t = v.as<Tensor>();
+    const int64_t n = t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+    total += n + 16 + 8 * (t.defined() ? t.dim() : 0);
+    largest = std::max(largest, n);
+  } else if (v.is<std::string>()) {
+    total += static_cast<int64_t>(v.as<std::string>().size()) + 9;
+  } else if (v.is<List>()) {
+    total += 5;
+    for (const Value& x : v.as<List>()) weigh(x, total, largest);
+  } else {
+    total += 9;
+  }
+}
+
 /// Throws what wire::encode would (a Call sent by CAF must not fail inside CAF's serialiser).
 void check_encodable(const List& l, int depth = 0) {
   if (depth > 32) throw ActorError("[actors] wire: lists nest deeper than 32");
@@ -474,8 +502,11 @@ class System {
   void start_lane(std::shared_ptr<comm::MessageLane> lane) {
     lane_ = std::move(lane);
     lane_inline_bytes_ = env_int("TROUPE_ACTOR_LANE_INLINE_BYTES", kLaneInlineBytes);
+    lane_small_bytes_ = env_int("TROUPE_ACTOR_LANE_SMALL_BYTES", kLaneSmallBytes);
+    lane_body_bytes_ = env_int("TROUPE_ACTOR_LANE_BODY_BYTES", kLaneBodyBytes);
     lane_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_US", kLaneSpinUs));
-    lane_max_nap_ = std::chrono::microseconds(std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", kLaneMaxNapUs)));
+    lane_max_nap_ = std::chrono::microseconds(
+        std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
     lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
     lane_waiter_ = std::make_shared<LaneWaiter>(this);
     lane_on_.store(true, std::memory_order_release);
@@ -504,7 +535,7 @@ class System {
   void lane_call(const ActorRef& to, const caf::actor& h, uint64_t id, const std::string& method, List args,
                  const CallStatePtr& state) {
     const int dest = to.rank();
-    if (has_refs(args)) {
+    if (has_refs(args) || !lane_fits(args)) {
       check_encodable(args);  // a Call CAF fails to serialise would leave a hole in the sequence
       caf::actor router;
       {
@@ -552,7 +583,7 @@ class System {
 
   /// Answers request `id` of rank `dest`, which came on the lane.
   void lane_reply(int dest, uint64_t id, bool ok, Value result, std::string error) {
-    if (ok && has_refs(result)) {
+    if (ok && (has_refs(result) || !lane_fits(List{result}))) {
       caf::actor router;
       {
         std::lock_guard<std::mutex> g(mu_);
@@ -640,19 +671,18 @@ class System {
   /// until the reply is there, at most lane_wait_spin_; true when it is.
   bool lane_wait(const CallState& w) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; !w.done(); ++k) {
-      bool got = false;
+    while (!w.done()) {
       {
         std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
         if (g.owns_lock()) {
           if (!lane_on_.load(std::memory_order_relaxed)) return false;
-          got = lane_poll_some();
+          if (lane_poll_some()) continue;
         }
       }
-      if (!got) {
-        if ((k & 7) == 7 && std::chrono::steady_clock::now() - t0 > lane_wait_spin_) return false;
-        std::this_thread::yield();
-      }
+      // Never sched_yield here: on a loaded machine a yield gives the core away for a whole time slice
+      // (a millisecond and more), where a sleeper that is woken runs at once.
+      if (std::chrono::steady_clock::now() - t0 > lane_wait_spin_) return false;
+      cpu_relax();
     }
     return true;
   }
@@ -797,6 +827,13 @@ class System {
     std::map<uint64_t, Held> held;
   };
 
+  /// True when values take the lane (the others go by CAF; see kLaneSmallBytes).
+  bool lane_fits(const List& values) const {
+    int64_t total = 0, largest = 0;
+    for (const Value& v : values) weigh(v, total, largest);
+    return total <= lane_small_bytes_ || largest >= lane_body_bytes_;
+  }
+
   uint64_t next_seq(int dest) { return seq_out_[dest].fetch_add(1, std::memory_order_relaxed) + 1; }
 
   /// The lane's head (fields and the values' blob) for `values`; tensors of at least lane_inline_bytes_ go
@@ -901,29 +938,28 @@ class System {
     deliver(src, lh.seq, lh.target, std::move(it));
   }
 
-  /// The lane thread: polls (yielding between looks) while messages come, sleeps between looks after
-  /// lane_spin_ without one (20 us, doubling up to lane_max_nap_), so idle ranks sharing cores cost little.
+  /// The lane thread: polls (yielding between looks) while messages come and while its sends are in
+  /// flight, then sleeps on the doorbell (at most lane_max_nap_), so idle ranks sharing cores cost little
+  /// and a sleeping one wakes when a peer posts to it.
   void lane_loop() {
     using Clock = std::chrono::steady_clock;
     auto last = Clock::now();
-    std::chrono::microseconds nap(0);
     while (!lane_stop_.load(std::memory_order_relaxed)) {
-      bool got = false;
+      bool got = false, busy = false;
       {
         std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
-        if (g.owns_lock()) got = lane_poll_some();
+        if (g.owns_lock()) {  // else a waiter polls: it gets what comes, and a ring wakes us anyway
+          got = lane_poll_some();
+          busy = !got && lane_->pending_sends() > 0;  // MPI moves a large message only while polled
+        }
       }
       if (got) {
         last = Clock::now();
-        nap = std::chrono::microseconds(0);
-        continue;
+      } else if (busy || Clock::now() - last < lane_spin_) {
+        cpu_relax();  // no sched_yield: see lane_wait
+      } else {
+        lane_->idle_wait(lane_max_nap_);  // without the poll lock: a waiter may poll meanwhile
       }
-      if (Clock::now() - last < lane_spin_) {
-        std::this_thread::yield();
-        continue;
-      }
-      nap = nap.count() == 0 ? std::chrono::microseconds(20) : std::min(nap * 2, lane_max_nap_);
-      std::this_thread::sleep_for(nap);
     }
   }
 
@@ -1089,7 +1125,9 @@ class System {
   std::mutex lane_progress_mu_;  // one thread polls the lane at a time (the lane thread or a waiter)
   std::shared_ptr<LaneWaiter> lane_waiter_;
   int64_t lane_inline_bytes_ = kLaneInlineBytes;
-  std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneMaxNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
+  int64_t lane_small_bytes_ = kLaneSmallBytes;
+  int64_t lane_body_bytes_ = kLaneBodyBytes;
+  std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;
   std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)

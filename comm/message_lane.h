@@ -7,6 +7,9 @@
 //   lane->post(1, head, {t});                            // never blocks; t is kept until it has left
 //   while (auto m = lane->poll()) { ... lane->recv_body(m->source, kFloat32, {4, 4}, 10s) ... }
 //
+// A rank with nothing to do sleeps in idle_wait(): the ranks on one node share a doorbell each (a futex
+// word in an MPI shared-memory window), which post() rings when its destination sleeps, so a sleeping
+// rank wakes as a blocked thread does (the kernel's wake-up) instead of at its next poll.
 // Everything travels on a private communicator (a duplicate of MPI_COMM_WORLD, errors returned rather than
 // fatal): MPI's own transport inside the job, nothing else listens. Messages posted to one destination
 // arrive in posting order (MPI's non-overtaking rule: heads and bodies use one tag each).
@@ -55,6 +58,12 @@ class MessageLane {
   virtual void abort() = 0;
   /// Posted messages (heads and bodies) not yet sent.
   virtual size_t pending_sends() = 0;
+  /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
+  /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
+  virtual void idle_wait(std::chrono::microseconds timeout) = 0;
+  /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
+  /// the latency for messages from other nodes).
+  virtual bool all_on_node() const = 0;
 };
 
 /// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).
