@@ -43,7 +43,7 @@ constexpr int64_t kLaneInlineBytes = 32 << 10;
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
 constexpr int64_t kLaneSpinUs = 20;
-constexpr int64_t kLaneNapUs = 5000;
+constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;

@@ -117,7 +117,7 @@ class MpiLane final : public MessageLane {
           } while (off < n);
         }
       } catch (...) {
-        for (MPI_Request r : mine) out_.push_back(Out{r, keep});  // what was posted keeps its memory
+        for (MPI_Request r : mine) out_.push_back(Out{r, keep, dest});  // what was posted keeps its memory
         throw;
       }
     }
@@ -131,7 +131,12 @@ class MpiLane final : public MessageLane {
     for (int k = 0;; ++k) {
       int done = 0;
       MPI_Testall(static_cast<int>(mine.size()), mine.data(), &done, MPI_STATUSES_IGNORE);
-      if (done) return;
+      if (done) {
+        // A send MPI could not start at once leaves during a later poll: ring again now that it is out
+        // (a peer that woke at the first ring, found nothing and slept again would miss it).
+        ring(dest);
+        return;
+      }
       if ((k & 63) == 63 && mpi_impl::Clock::now() > until) break;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -140,7 +145,7 @@ class MpiLane final : public MessageLane {
     {
       std::lock_guard<std::mutex> g(send_mu_);
       for (MPI_Request r : mine)
-        if (r != MPI_REQUEST_NULL) out_.push_back(Out{r, keep});
+        if (r != MPI_REQUEST_NULL) out_.push_back(Out{r, keep, dest});
     }
     ring(rank_);
   }
@@ -256,6 +261,7 @@ class MpiLane final : public MessageLane {
   struct Out {
     MPI_Request req;
     std::shared_ptr<Keep> keep;
+    int dest;
   };
 
   void isend(std::vector<MPI_Request>& mine, const char* p, int64_t n, int dest, int tag) {
@@ -269,7 +275,10 @@ class MpiLane final : public MessageLane {
     size_t k = 0;
     for (size_t i = 0; i < out_.size(); ++i) {
       int done = 0;
-      if (MPI_Test(&out_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) continue;
+      if (MPI_Test(&out_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        ring(out_[i].dest);  // it is out now (see post)
+        continue;
+      }
       if (k != i) out_[k] = std::move(out_[i]);
       ++k;
     }
