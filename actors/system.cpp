@@ -67,6 +67,7 @@ int64_t env_int(const char* name, int64_t fallback) {
 
 class System;
 
+namespace {
 /// True when `v` holds an ActorRef (such values cross by CAF, which makes the proxies).
 bool has_refs(const Value& v) {
   if (v.is<ActorRef>()) return true;
@@ -106,6 +107,7 @@ void check_encodable(const List& l, int depth = 0) {
       throw ActorError("[actors] wire: a tensor of more than 64 dimensions");
   }
 }
+}  // namespace
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
