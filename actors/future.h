@@ -23,13 +23,16 @@
 namespace troupe::actors {
 namespace detail {
 
-/// @private: an actor of this process that can run a queued request on the thread waiting for it
-/// (system.cpp's mailbox; see Actor::allow_inline_requests).
+class CallState;
+
+/// @private: what a thread waiting for a request may do itself before it sleeps: run the request when its
+/// actor lives in this process (system.cpp's mailbox; see Actor::allow_inline_requests), or progress the
+/// lane its reply comes back on (a request to another process).
 class InlineRunner {
  public:
   virtual ~InlineRunner() = default;
-  /// Runs request `id` here when it is first in the actor's mailbox and the actor is idle; true when it ran.
-  virtual bool run_inline(uint64_t id) = 0;
+  /// Runs request `id` (whose state is `waiting`) here, or works towards its reply; true when it did.
+  virtual bool run_inline(uint64_t id, const CallState& waiting) = 0;
 };
 
 /// The shared state of one request: completed once (a value or an error), by the reply, by the peer's
@@ -75,7 +78,7 @@ class CallState {
   /// Runs the request on this thread when its actor allows it, is idle and has it first; else nothing.
   void try_inline() const {
     if (runner_id_ == 0) return;
-    if (auto r = runner_.lock()) r->run_inline(runner_id_);
+    if (auto r = runner_.lock()) r->run_inline(runner_id_, *this);
   }
 
  private:

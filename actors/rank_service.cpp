@@ -105,7 +105,10 @@ class RankService : public Actor {
       for (const auto& [k, v] : names_) out.push_back(k);
       return out;
     });
-    handle("hello", [](int64_t rank, ActorRef service) { set_service(static_cast<int>(rank), service); });
+    handle("hello", [](int64_t rank, ActorRef service, ActorRef router) {
+      set_service(static_cast<int>(rank), service);
+      return exchange_router(static_cast<int>(rank), router);
+    });
     handle("forget", [this](std::string name) {
       names_.erase(name);
       counters_.erase(name);

@@ -96,5 +96,14 @@ void set_data_plane_bytes(int64_t bytes);
 void stop();
 /// True while an actor system runs in this process.
 bool running();
+/// How Calls and Replies cross between this process and the others: "lane" (MPI messages on a private
+/// communicator of the job, the default under mpirun), "caf" (CAF's middleman over the gated TCP
+/// connections; TROUPE_ACTOR_LANE=caf), or "local" (one process, --ranks N, or none running).
+std::string cross_process_path();
+/// Sends this process's later Calls to other processes on the lane ("lane") or through CAF ("caf"), so
+/// that a benchmark can time both in one run. Call it at a quiet point: every Call sent before it
+/// answered or run (a Call on the other path could overtake one still in flight). ActorError for "lane"
+/// when this process has no lane (--ranks N, TROUPE_ACTOR_LANE=caf, a world that is not MPI's).
+void set_cross_process_path(const std::string& path);
 
 }  // namespace troupe::actors

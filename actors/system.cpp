@@ -24,6 +24,8 @@
 #include <troupe/actors/internal/gate.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
+#include <troupe/actors/wire.h>
+#include <troupe/comm/message_lane.h>
 #include <troupe/tensor/autograd.h>
 #include <troupe/tensor/ops.h>
 
@@ -32,6 +34,30 @@ namespace detail {
 
 namespace {
 constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router fails expired requests
+// The lane (Calls and Replies between the processes of an MPI job as MPI messages; see System::lane_call).
+// Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
+// tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES).
+constexpr int64_t kLaneInlineBytes = 32 << 10;
+// The lane thread polls (yielding the core between looks) for this long after the last message and while
+// its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
+// doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
+// some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
+constexpr int64_t kLaneSpinUs = 20;
+constexpr int64_t kLaneNapUs = 2000;
+// A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
+// sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
+constexpr int64_t kLaneWaitSpinUs = 50;
+// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
+// 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
+// the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
+// by CAF (a message above the eager limit needs a rendezvous, which costs the sender a scheduling round
+// on a loaded machine: 1-2 ms for 4 KB-1 MB, against CAF's 0.1-1.6 ms); one with a tensor of at least
+// kLaneBodyBytes takes the lane again, its big tensors as bodies (16 MB: 5-6 ms against CAF's 7.5-10 ms)
+// (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
+constexpr int64_t kLaneSmallBytes = 3072;
+constexpr int64_t kLaneBodyBytes = int64_t{4} << 20;
+// A body announced by a head must arrive within this (its sender posted it right after the head).
+constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
 
 int64_t env_int(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -40,6 +66,48 @@ int64_t env_int(const char* name, int64_t fallback) {
 }  // namespace
 
 class System;
+
+namespace {
+/// True when `v` holds an ActorRef (such values cross by CAF, which makes the proxies).
+bool has_refs(const Value& v) {
+  if (v.is<ActorRef>()) return true;
+  if (!v.is<List>()) return false;
+  for (const Value& x : v.as<List>())
+    if (has_refs(x)) return true;
+  return false;
+}
+bool has_refs(const List& l) {
+  for (const Value& x : l)
+    if (has_refs(x)) return true;
+  return false;
+}
+/// What a message's values weigh on the wire, roughly (bytes), and its largest tensor.
+void weigh(const Value& v, int64_t& total, int64_t& largest) {
+  if (v.is<Tensor>()) {
+    const Tensor& t = v.as<Tensor>();
+    const int64_t n = t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+    total += n + 16 + 8 * (t.defined() ? t.dim() : 0);
+    largest = std::max(largest, n);
+  } else if (v.is<std::string>()) {
+    total += static_cast<int64_t>(v.as<std::string>().size()) + 9;
+  } else if (v.is<List>()) {
+    total += 5;
+    for (const Value& x : v.as<List>()) weigh(x, total, largest);
+  } else {
+    total += 9;
+  }
+}
+
+/// Throws what wire::encode would (a Call sent by CAF must not fail inside CAF's serialiser).
+void check_encodable(const List& l, int depth = 0) {
+  if (depth > 32) throw ActorError("[actors] wire: lists nest deeper than 32");
+  for (const Value& v : l) {
+    if (v.is<List>()) check_encodable(v.as<List>(), depth + 1);
+    else if (v.is<Tensor>() && v.as<Tensor>().defined() && v.as<Tensor>().dim() > 64)
+      throw ActorError("[actors] wire: a tensor of more than 64 dimensions");
+  }
+}
+}  // namespace
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -73,6 +141,7 @@ struct Item {
   caf::strong_actor_ptr reply_to;  // set when it came from another process: the Reply goes there
   bool exit = false;
   CallStatePtr state;  // a request from this process: completed directly, no id lookup
+  int lane_from = -1;  // came on the lane from this rank: the Reply goes back on the lane
 };
 
 /// A FIFO of Items in blocks of kBlock; emptied blocks are kept (up to kKeep) and reused, so a burst of
@@ -210,7 +279,7 @@ struct Host : InlineRunner {
   /// Runs what is queued (on the CAF actor), at most kBudget messages before it lets CAF deliver what
   /// else waits for the actor (an exit) and comes back.
   void drain(caf::event_based_actor* self, bool from_post);
-  bool run_inline(uint64_t id) override;
+  bool run_inline(uint64_t id, const CallState& waiting) override;
   /// The handler of `method` (null: none), remembering the last one looked up.
   Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
     if (last_handler_ && method == last_method_) return last_handler_;
@@ -257,6 +326,7 @@ class System {
       : first_rank_(first_rank), local_ranks_(local_ranks), size_(size), networked_(networked) {
     cfg_.add_message_type<Call>("troupe_call");
     cfg_.add_message_type<Reply>("troupe_reply");
+    cfg_.add_message_type<Routed>("troupe_routed");
     // DESIGN.md's measurements: the sharing policy and no middleman workers cut the cross-process
     // round trip from ~285 us to ~118 us.
     cfg_.set("scheduler.policy", caf::atom("sharing"));
@@ -271,6 +341,10 @@ class System {
     system_ = std::make_unique<caf::actor_system>(cfg_);
     router_ = system_->spawn<caf::detached>(router_behavior, this);
     services_.resize(size_);
+    routers_.resize(size_);
+    seq_in_.resize(size_);
+    seq_out_ = std::make_unique<std::atomic<uint64_t>[]>(size_);
+    for (int r = 0; r < size_; ++r) seq_out_[r].store(0);
   }
 
   ~System() { stop(); }
@@ -330,9 +404,11 @@ class System {
     auto it = hosts_.find(a.id());
     return it == hosts_.end() ? std::weak_ptr<Host>() : it->second;
   }
-  void forget_host(caf::actor_id id) {
+  /// The actor `id` ended (`reason` in words): a Call for it that arrives later is answered with it.
+  void forget_host(caf::actor_id id, const std::string& reason) {
     std::lock_guard<std::mutex> g(mu_);
     hosts_.erase(id);
+    if (lane_) gone_[id] = reason;
   }
   const caf::node_id& node() const { return system_->node(); }
 
@@ -391,6 +467,19 @@ class System {
       }
     }
     if (monitor) caf::anon_send(router_, tr_mon_atom::value, h);
+    if (lane_on_.load(std::memory_order_acquire) && h.node() != system_->node() && to.rank() >= 0 && to.rank() < size_ &&
+        to.rank() != first_rank_) {
+      try {
+        lane_call(to, h, id, method, std::move(args), state);
+      } catch (...) {
+        if (id != 0) {
+          std::lock_guard<std::mutex> g(mu_);
+          pending_.erase(id);
+        }
+        throw;
+      }
+      return state;
+    }
     Call call{id, method, Payload{std::move(args), nullptr}, networked_ ? first_rank_ : -1};
     if (networked_ && h.node() != system_->node()) send_data_plane(call.args, to.rank());
     // A request names the router as its sender (a reply from another process goes there); a one-way
@@ -412,6 +501,207 @@ class System {
     }
     if (ok) st->complete(std::move(v));
     else st->fail("[actors] " + st->what() + " failed: " + error);
+  }
+
+  // ---- the lane: Calls and Replies between the processes of an MPI job as MPI messages
+  //
+  // Every Call from this process to another gets the next number of this process's sequence to that
+  // process; the receiver hands Calls to their actors in that order (deliver), whichever way each came: on
+  // the lane (values without ActorRefs: one head, tensors of at least kLaneInlineBytes as bodies), or by
+  // CAF to the receiver's router as a Routed (values with ActorRefs, whose proxies CAF makes). So one
+  // thread's messages to one actor arrive in the order sent. Replies need no order: a Reply whose value
+  // holds an ActorRef goes by CAF to the caller's router, any other on the lane. The failure detector
+  // stays CAF's (the router monitors every target; a dead or stopped peer's down_msg fails what is
+  // pending), and nothing on the lane blocks: sends are MPI_Isend, receives follow an MPI_Improbe.
+
+  /// Turns the lane on (start_connected, after every rank is connected): from now on Calls to other
+  /// processes take it.
+  void start_lane(std::shared_ptr<comm::MessageLane> lane) {
+    lane_ = std::move(lane);
+    lane_inline_bytes_ = env_int("TROUPE_ACTOR_LANE_INLINE_BYTES", kLaneInlineBytes);
+    lane_small_bytes_ = env_int("TROUPE_ACTOR_LANE_SMALL_BYTES", kLaneSmallBytes);
+    lane_body_bytes_ = env_int("TROUPE_ACTOR_LANE_BODY_BYTES", kLaneBodyBytes);
+    lane_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_US", kLaneSpinUs));
+    lane_max_nap_ = std::chrono::microseconds(
+        std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
+    lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
+    lane_waiter_ = std::make_shared<LaneWaiter>(this);
+    lane_on_.store(true, std::memory_order_release);
+    lane_thread_ = std::thread([this] { lane_loop(); });
+  }
+  bool lane_on() const { return lane_on_.load(std::memory_order_acquire); }
+  /// Sends later Calls on the lane (true) or through CAF (false); false when there is no lane to turn on.
+  bool set_lane_on(bool on) {
+    std::lock_guard<std::mutex> g(lane_progress_mu_);
+    if (on && (!lane_thread_.joinable() || lane_stop_.load())) return false;
+    lane_on_.store(on, std::memory_order_release);
+    return true;
+  }
+
+  /// Records `router` as rank `rank`'s router (the hello of start_connected).
+  void set_router(int rank, const ActorRef& router) {
+    if (rank < 0 || rank >= size_ || !router.valid()) return;
+    std::lock_guard<std::mutex> g(mu_);
+    routers_[rank] = router.impl()->handle;
+  }
+  /// This process's router, as an ActorRef to send to the others.
+  ActorRef router_ref() { return make_ref(router_, "troupe.router", first_rank_); }
+
+  /// Sends Call (id, method, args) to actor `h` of another process (rank to.rank()) by the lane, or by
+  /// CAF to that process's router when the values hold an ActorRef; either way with its sequence number.
+  void lane_call(const ActorRef& to, const caf::actor& h, uint64_t id, const std::string& method, List args,
+                 const CallStatePtr& state) {
+    const int dest = to.rank();
+    if (has_refs(args) || !lane_fits(args)) {
+      check_encodable(args);  // a Call CAF fails to serialise would leave a hole in the sequence
+      caf::actor router;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        router = routers_[dest];
+      }
+      if (!router) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + ": rank " + std::to_string(dest) + " is not connected");
+      Routed r{next_seq(dest), h.id(), Call{id, method, Payload{std::move(args), nullptr}, first_rank_}};
+      send_data_plane(r.call.args, dest);
+      if (id != 0) caf::send_as(router_, router, std::move(r));
+      else caf::anon_send(router, std::move(r));
+      return;
+    }
+    wire::LaneHead lh;
+    lh.kind = wire::LaneHead::kCall;
+    lh.id = id;
+    lh.target = h.id();
+    lh.from_rank = first_rank_;
+    lh.text = method;
+    std::vector<Tensor> bodies;
+    std::string head = lane_encode(lh, args, bodies);
+    const uint64_t seq = next_seq(dest);
+    std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
+    if (state) state->set_inline(lane_waiter_, id);
+    lane_->post(dest, std::move(head), std::move(bodies));
+  }
+
+  /// ActorRef::stop() of `to`, an actor of another process, in this process's sequence to it (so it lands
+  /// after what was sent before it); false when the lane is off.
+  bool lane_stop(const ActorRef& to) {
+    const caf::actor& h = to.impl()->handle;
+    const int dest = to.rank();
+    if (!lane_on() || !h || h.node() == system_->node() || dest < 0 || dest >= size_ || dest == first_rank_) return false;
+    wire::LaneHead lh;
+    lh.kind = wire::LaneHead::kStop;
+    lh.target = h.id();
+    lh.from_rank = first_rank_;
+    std::vector<Tensor> bodies;
+    std::string head = lane_encode(lh, List{}, bodies);
+    const uint64_t seq = next_seq(dest);
+    std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
+    lane_->post(dest, std::move(head), std::move(bodies));
+    return true;
+  }
+
+  /// Answers request `id` of rank `dest`, which came on the lane.
+  void lane_reply(int dest, uint64_t id, bool ok, Value result, std::string error) {
+    if (ok && (has_refs(result) || !lane_fits(List{result}))) {
+      caf::actor router;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        router = routers_[dest];
+      }
+      Reply r{id, ok, std::move(error), Payload{}};
+      r.result.values.push_back(std::move(result));
+      send_data_plane(r.result, dest);
+      caf::anon_send(router, std::move(r));
+      return;
+    }
+    wire::LaneHead lh;
+    lh.kind = wire::LaneHead::kReply;
+    lh.id = id;
+    lh.from_rank = first_rank_;
+    lh.ok = ok;
+    lh.text = std::move(error);
+    std::vector<Tensor> bodies;
+    std::string head;
+    try {
+      List values;
+      if (ok) values.push_back(std::move(result));
+      head = lane_encode(lh, values, bodies);
+    } catch (const std::exception& e) {
+      lh.ok = false;
+      lh.text = std::string("its result could not be sent: ") + e.what();
+      lh.bodies.clear();
+      bodies.clear();
+      head = lane_encode(lh, List{}, bodies);
+    }
+    try {
+      if (auto lane = lane_) lane->post(dest, std::move(head), std::move(bodies));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[actors] the reply to rank %d's request could not be sent on the lane: %s\n", dest, e.what());
+    }
+  }
+
+  /// Hands Call `it` (the `seq`-th from rank `src`) to actor `target` in the sender's order: now when it
+  /// is the next one, else kept until those before it came.
+  void deliver(int src, uint64_t seq, uint64_t target, Item&& it) {
+    std::vector<std::pair<Item, std::string>> refused;
+    {
+      std::lock_guard<std::mutex> g(seq_mu_);
+      SeqIn& in = seq_in_[src];
+      if (seq != in.next) {
+        if (seq > in.next) in.held.emplace(seq, Held{target, std::move(it)});
+        return;
+      }
+      place(target, std::move(it), refused);
+      ++in.next;
+      for (auto h = in.held.find(in.next); h != in.held.end(); h = in.held.find(in.next)) {
+        place(h->second.target, std::move(h->second.item), refused);
+        in.held.erase(h);
+        ++in.next;
+      }
+    }
+    for (auto& [item, why] : refused) {
+      std::string err = "the actor is gone (" + why + ")";
+      if (item.lane_from >= 0) {
+        lane_reply(item.lane_from, item.call.id, false, Value(), err);
+      } else if (item.reply_to) {
+        caf::anon_send(caf::actor_cast<caf::actor>(item.reply_to), Reply{item.call.id, false, err, Payload{}});
+      }
+    }
+  }
+
+  /// Polls the lane once, handling at most 64 messages; true when one came. The caller holds
+  /// lane_progress_mu_.
+  bool lane_poll_some() {
+    bool got = false;
+    try {
+      for (int k = 0; k < 64; ++k) {
+        auto in = lane_->poll();
+        if (!in) break;
+        got = true;
+        on_lane_message(in->source, in->head);
+      }
+    } catch (const std::exception& e) {
+      if (!lane_complained_.exchange(true)) std::fprintf(stderr, "[actors] lane: %s\n", e.what());
+    }
+    return got;
+  }
+
+  /// A waiter's turn (Future::wait on a request whose reply comes on the lane): polls the lane itself
+  /// until the reply is there, at most lane_wait_spin_; true when it is.
+  bool lane_wait(const CallState& w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!w.done()) {
+      {
+        std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
+        if (g.owns_lock()) {
+          if (!lane_on_.load(std::memory_order_relaxed)) return false;
+          if (lane_poll_some()) continue;
+        }
+      }
+      // Never sched_yield here: on a loaded machine a yield gives the core away for a whole time slice
+      // (a millisecond and more), where a sleeper that is woken runs at once.
+      if (std::chrono::steady_clock::now() - t0 > lane_wait_spin_) return false;
+      cpu_relax();
+    }
+    return true;
   }
 
   void on_down(const caf::actor_addr& who, const std::string& reason) {
@@ -507,6 +797,10 @@ class System {
       std::lock_guard<std::mutex> g(mu_);
       if (!running_) return;
       running_ = false;
+    }
+    stop_lane();
+    {
+      std::lock_guard<std::mutex> g(mu_);
       for (auto& [id, p] : pending_) failed.push_back(std::move(p.state));
       pending_.clear();
       for (auto& w : watched_)
@@ -524,6 +818,7 @@ class System {
     if (gate_.mm) caf::anon_send_exit(gate_.mm, caf::exit_reason::user_shutdown);
     gate_.mm = nullptr;
     system_.reset();  // waits for every actor to end; the middleman closes its connections
+    lane_.reset();    // before MPI_Finalize (launch::finalize stops the actors first)
   }
 
  private:
@@ -531,6 +826,171 @@ class System {
     CallStatePtr state;
     caf::actor_addr target;
   };
+
+  /// The lane's InlineRunner: a waiter polls the lane itself (lane_wait).
+  struct LaneWaiter : InlineRunner {
+    explicit LaneWaiter(System* s) : sys(s) {}
+    bool run_inline(uint64_t, const CallState& waiting) override { return sys->lane_wait(waiting); }
+    System* sys;
+  };
+  /// A Call from another process that came before one it must follow.
+  struct Held {
+    uint64_t target;
+    Item item;
+  };
+  /// What has arrived from one process: the next sequence number to deliver, and those that came early.
+  struct SeqIn {
+    uint64_t next = 1;
+    std::map<uint64_t, Held> held;
+  };
+
+  /// True when values take the lane (the others go by CAF; see kLaneSmallBytes).
+  bool lane_fits(const List& values) const {
+    int64_t total = 0, largest = 0;
+    for (const Value& v : values) weigh(v, total, largest);
+    return total <= lane_small_bytes_ || largest >= lane_body_bytes_;
+  }
+
+  uint64_t next_seq(int dest) { return seq_out_[dest].fetch_add(1, std::memory_order_relaxed) + 1; }
+
+  /// The lane's head (fields and the values' blob) for `values`; tensors of at least lane_inline_bytes_ go
+  /// to `bodies` (contiguous CPU), their sizes into lh.bodies.
+  std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies) {
+    std::string blob;
+    wire::encode(
+        values, blob, [](const ActorRef&) -> uint32_t { throw ActorError("[actors] wire: an ActorRef on the lane"); },
+        [&](const Tensor& t0) -> int64_t {
+          if (static_cast<int64_t>(t0.nbytes()) < lane_inline_bytes_) return -1;
+          Tensor t = t0.is_cpu() ? t0 : t0.cpu();
+          if (!t.is_contiguous()) t = t.contiguous();
+          bodies.push_back(t);
+          lh.bodies.push_back(t.nbytes());
+          return static_cast<int64_t>(bodies.size() - 1);
+        });
+    std::string head;
+    head.reserve(64 + lh.text.size() + 8 * lh.bodies.size() + blob.size());
+    wire::encode_lane_head(lh, head);
+    head += blob;
+    return head;
+  }
+
+  /// Queues `it` for actor `target` of this process, or adds it to `refused` with the reason it cannot be.
+  /// Under seq_mu_.
+  void place(uint64_t target, Item&& it, std::vector<std::pair<Item, std::string>>& refused) {
+    std::shared_ptr<Host> h;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto f = hosts_.find(static_cast<caf::actor_id>(target));
+      if (f != hosts_.end()) h = f->second.lock();
+      if (!h) {
+        auto gn = gone_.find(static_cast<caf::actor_id>(target));
+        why = gn != gone_.end() ? gn->second : "rank " + std::to_string(first_rank_) + " has no actor " + std::to_string(target);
+      }
+    }
+    if (h) {
+      auto gone = h->push(std::move(it), caf::actor_cast<caf::actor>(h->addr));
+      if (!gone) return;
+      why = *gone;
+    }
+    if (it.call.id != 0) refused.emplace_back(std::move(it), why);
+  }
+
+  /// A head from rank `src`: its values decoded (its bodies received into fresh tensors), then a Call
+  /// delivered in its sequence or a Reply completing its request.
+  void on_lane_message(int src, const std::string& head) {
+    wire::LaneHead lh;
+    try {
+      lh = wire::decode_lane_head(head.data(), head.size());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[actors] lane: a malformed message from rank %d was dropped: %s\n", src, e.what());
+      return;
+    }
+    List values;
+    std::string err;
+    size_t next = 0;
+    try {
+      values = wire::decode(
+          head.data() + lh.blob_offset, head.size() - lh.blob_offset,
+          [](uint32_t, std::string, int) -> ActorRef { throw ActorError("[actors] wire: an ActorRef on the lane"); },
+          [&](ScalarType dtype, const std::vector<int64_t>& shape, int64_t idx) {
+            if (idx < 0 || static_cast<size_t>(idx) != next || next >= lh.bodies.size()) {
+              throw ActorError("[actors] wire: lane body " + std::to_string(idx) + " where body " + std::to_string(next) + " of " +
+                               std::to_string(lh.bodies.size()) + " comes next");
+            }
+            uint64_t numel = 1;
+            for (int64_t d : shape) numel *= static_cast<uint64_t>(d);  // bounded by the decoder
+            const uint64_t want = numel * element_size(dtype);
+            if (want != lh.bodies[next]) {
+              throw ActorError("[actors] wire: a lane tensor of " + std::to_string(want) + " bytes whose body has " +
+                               std::to_string(lh.bodies[next]));
+            }
+            ++next;
+            return lane_->recv_body(src, dtype, shape, kLaneBodyTimeout);
+          });
+    } catch (const std::exception& e) {
+      err = e.what();
+      values.clear();
+    }
+    for (; next < lh.bodies.size(); ++next) {  // what a failed decode left: the next head must line up
+      try {
+        lane_->skip_body(src, static_cast<int64_t>(lh.bodies[next]), kLaneBodyTimeout);
+      } catch (const std::exception&) {
+        break;
+      }
+    }
+    if (lh.kind == wire::LaneHead::kReply) {
+      if (!err.empty()) finish(lh.id, false, Value(), "its reply could not be decoded: " + err);
+      else finish(lh.id, lh.ok, values.empty() ? Value() : std::move(values.front()), lh.text);
+      return;
+    }
+    Item it;
+    it.exit = lh.kind == wire::LaneHead::kStop;
+    it.call.id = it.exit ? 0 : lh.id;
+    it.call.method = std::move(lh.text);
+    it.call.args.values = std::move(values);
+    if (!err.empty()) it.call.args.ext().decode_error = err;
+    it.call.from_rank = src;
+    it.lane_from = src;
+    deliver(src, lh.seq, lh.target, std::move(it));
+  }
+
+  /// The lane thread: polls (yielding between looks) while messages come and while its sends are in
+  /// flight, then sleeps on the doorbell (at most lane_max_nap_), so idle ranks sharing cores cost little
+  /// and a sleeping one wakes when a peer posts to it.
+  void lane_loop() {
+    using Clock = std::chrono::steady_clock;
+    auto last = Clock::now();
+    while (!lane_stop_.load(std::memory_order_relaxed)) {
+      bool got = false, busy = false;
+      {
+        std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
+        if (g.owns_lock()) {  // else a waiter polls: it gets what comes, and a ring wakes us anyway
+          got = lane_poll_some();
+          busy = !got && lane_->pending_sends() > 0;  // MPI moves a large message only while polled
+        }
+      }
+      if (got) {
+        last = Clock::now();
+      } else if (busy || Clock::now() - last < lane_spin_) {
+        cpu_relax();  // no sched_yield: see lane_wait
+      } else {
+        lane_->idle_wait(lane_max_nap_);  // without the poll lock: a waiter may poll meanwhile
+      }
+    }
+  }
+
+  /// Stops the lane thread (stop()); the lane itself stays until the system is gone.
+  void stop_lane() {
+    if (!lane_thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> g(lane_progress_mu_);
+      lane_on_.store(false, std::memory_order_release);
+    }
+    lane_stop_.store(true);
+    lane_->abort();
+    lane_thread_.join();
+  }
 
   /// Why an actor ended, in words ("stopped", "its process is unreachable", or CAF's text).
   static std::string describe_exit(System* sys, const caf::error& reason) {
@@ -561,6 +1021,14 @@ class System {
           if (r.ok && !r.result.values.empty()) v = std::move(r.result.values.front());
           sys->finish(r.id, r.ok, std::move(v), r.error);
         },
+        [=](Routed& r) {  // a Call by CAF while the lane is on: delivered in its sender's sequence
+          const int src = r.call.from_rank;
+          if (src < 0 || src >= sys->size()) return;
+          Item it;
+          it.call = std::move(r.call);
+          it.reply_to = self->current_sender();
+          sys->deliver(src, r.seq, r.target, std::move(it));
+        },
         [=](tr_mon_atom, caf::actor& a) { self->monitor(a); },
         [=](tr_tick_atom) {
           sys->sweep();
@@ -576,8 +1044,9 @@ class System {
     const bool named = h->name != service_name(h->rank);
     // (It holds the host: CAF drops the behavior, and with it the other reference, before it runs this.)
     self->attach_functor([sys, id, named, h, rank = h->rank, name = h->name](const caf::error& reason) {
-      sys->forget_host(id);
-      h->close(describe_exit(sys, reason));
+      std::string why = describe_exit(sys, reason);
+      sys->forget_host(id, why);
+      h->close(why);
       if (!named) return;
       try {
         if (sys->running_) sys->service(rank).send("forget", name);
@@ -629,6 +1098,10 @@ class System {
       else item.state->fail("[actors] " + item.state->what() + " failed: " + error);
       return;
     }
+    if (item.lane_from >= 0) {  // it came on the lane: so goes the reply
+      h.sys->lane_reply(item.lane_from, c.id, ok, std::move(result), std::move(error));
+      return;
+    }
     const auto& sender = item.reply_to;
     if (!sender || sender->node() == h.sys->node()) {
       h.sys->finish(c.id, ok, std::move(result), error);  // same process: complete the Future directly
@@ -660,6 +1133,23 @@ class System {
   std::atomic<size_t> n_dead_{0};
   std::vector<ActorRef> services_;
   std::vector<caf::actor_addr> local_actors_;
+  // The lane (see lane_call).
+  std::shared_ptr<comm::MessageLane> lane_;
+  std::atomic<bool> lane_on_{false};
+  std::atomic<bool> lane_stop_{false};
+  std::atomic<bool> lane_complained_{false};
+  std::thread lane_thread_;
+  std::mutex lane_progress_mu_;  // one thread polls the lane at a time (the lane thread or a waiter)
+  std::shared_ptr<LaneWaiter> lane_waiter_;
+  int64_t lane_inline_bytes_ = kLaneInlineBytes;
+  int64_t lane_small_bytes_ = kLaneSmallBytes;
+  int64_t lane_body_bytes_ = kLaneBodyBytes;
+  std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
+  std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
+  std::mutex seq_mu_;
+  std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)
+  std::vector<caf::actor> routers_;                    // per rank (under mu_)
+  std::unordered_map<caf::actor_id, std::string> gone_;  // actors of this process that ended, why (under mu_)
 };
 
 namespace {
@@ -741,7 +1231,7 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
   }
 }
 
-bool Host::run_inline(uint64_t id) {
+bool Host::run_inline(uint64_t id, const CallState&) {
   if (!inline_ok) return false;
   // The request and the few queued before it (a one-way message such as RemoteModule's "rel") run here,
   // in their order; a stop marker before it leaves it to the actor.
@@ -752,7 +1242,7 @@ bool Host::run_inline(uint64_t id) {
     std::lock_guard<SpinLock> g(mu_);
     if (closed_ || running_ || q_.empty()) return false;
     for (Item* it; n <= kAhead && (it = q_.at(n)) && !it->exit; ++n) {
-      if (it->call.id == id && !it->reply_to) break;
+      if (it->call.id == id && !it->reply_to && it->lane_from < 0) break;
     }
     Item* mine = q_.at(n);
     if (n > kAhead || !mine || mine->exit) return false;
@@ -789,8 +1279,10 @@ void Host::close(const std::string& reason, std::vector<Item> left) {
     }
     taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
-  for (auto& x : left)
+  for (auto& x : left) {
     if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
+    else if (x.lane_from >= 0 && x.call.id != 0) sys->lane_reply(x.lane_from, x.call.id, false, Value(), "the actor is gone (" + reason + ")");
+  }
 }
 
 DataPlane g_data_plane;
@@ -849,6 +1341,12 @@ ActorRef spawn_host(int rank, const std::string& name, std::unique_ptr<Actor> ac
 
 void set_service(int rank, const ActorRef& ref) { require_current("hello")->set_service(rank, ref); }
 
+ActorRef exchange_router(int rank, const ActorRef& router) {
+  auto s = require_current("hello");
+  s->set_router(rank, router);
+  return s->router_ref();
+}
+
 }  // namespace detail
 
 // ---- ActorRef
@@ -879,6 +1377,8 @@ void ActorRef::stop() const {
     h->push(std::move(it), impl_->handle);
     return;
   }
+  detail::System* s = detail::g_raw.load(std::memory_order_acquire);
+  if (s && s->lane_stop(*this)) return;  // in its sender's sequence, after what this thread sent before
   caf::anon_send_exit(impl_->handle, caf::exit_reason::user_shutdown);
 }
 namespace detail {
@@ -963,6 +1463,14 @@ namespace {
 // faster (BASP moves large payloads slowly).
 constexpr int64_t kDataPlaneBytes = int64_t{1} << 20;
 
+/// TROUPE_ACTOR_LANE: "mpi" (or unset) takes the lane under mpirun, "caf" keeps every Call on CAF.
+bool lane_wanted() {
+  const char* v = std::getenv("TROUPE_ACTOR_LANE");
+  if (!v || !*v || std::strcmp(v, "mpi") == 0) return true;
+  if (std::strcmp(v, "caf") == 0) return false;
+  throw ActorError(std::string("[actors] TROUPE_ACTOR_LANE=") + v + ": expected mpi or caf");
+}
+
 std::shared_ptr<detail::System> install(std::shared_ptr<detail::System> s) {
   std::lock_guard<std::mutex> g(detail::g_mu);
   if (detail::g_system) throw ActorError("[actors] an actor runtime already runs in this process");
@@ -1041,12 +1549,21 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       if (detail::g_data_plane.threshold.load() <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
       detail::g_has_data_plane.store(world->backend() != "local", std::memory_order_release);
     }
-    // Rank r connects to every lower rank and says hello (so both sides know each other's service).
+    // The lane (Calls and Replies as MPI messages; System::lane_call) unless TROUPE_ACTOR_LANE=caf.
+    std::shared_ptr<comm::MessageLane> lane;
+    if (lane_wanted()) {
+#ifdef TROUPE_HAVE_MPI
+      lane = comm::make_message_lane(world);  // collective; null when the world is not MPI's
+#endif
+    }
+    // Rank r connects to every lower rank and says hello (so both sides know each other's service and
+    // router).
     for (int j = 0; j < rank; ++j) {
       sys->connect(j, one_host ? "127.0.0.1" : hosts[j], static_cast<uint16_t>(std::stoi(ports[j])));
-      sys->service(j).request<void>("hello", rank, sys->service(rank)).get();
+      sys->set_router(j, sys->service(j).request<ActorRef>("hello", rank, sys->service(rank), sys->router_ref()).get());
     }
     world->barrier();
+    if (lane) sys->start_lane(std::move(lane));
   } catch (...) {
     stop();
     throw;
@@ -1067,6 +1584,21 @@ void stop() {
 }
 
 bool running() { return detail::current() != nullptr; }
+
+std::string cross_process_path() {
+  auto s = detail::current();
+  if (!s || !s->networked()) return "local";
+  return s->lane_on() ? "lane" : "caf";
+}
+
+void set_cross_process_path(const std::string& path) {
+  if (path != "lane" && path != "caf") throw ActorError("[actors] set_cross_process_path('" + path + "'): expected 'lane' or 'caf'");
+  auto s = detail::require_current("set_cross_process_path");
+  if (!s->set_lane_on(path == "lane")) {
+    throw ActorError("[actors] set_cross_process_path('lane'): this process has no lane (" +
+                     std::string(!s->networked() ? "one process" : "TROUPE_ACTOR_LANE=caf, or the world is not MPI's") + ")");
+  }
+}
 
 int64_t data_plane_bytes() {
   int64_t t = detail::g_data_plane.threshold.load();

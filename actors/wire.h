@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <troupe/actors/value.h>
 
@@ -38,6 +39,45 @@ void encode(const List& values, std::string& out, const RefEncoder& refs, const 
 /// Decodes a whole blob; ActorError on a malformed or truncated one, or trailing bytes. A data-plane
 /// tensor without `fetch` is an error.
 List decode(const char* data, size_t size, const RefDecoder& refs, const TensorFetcher& fetch = {});
+/// The head of a message on the lane (Calls and Replies between the processes of one MPI job, carried by
+/// comm::MessageLane; actors/system.cpp):
+///
+///   head := magic u32 ("TRL1"), kind u8 (1 Call, 2 Reply, 3 Stop), seq u64, id u64, target u64, from_rank i32,
+///           ok u8, text (len u64, bytes), bodies u32, body sizes u64*bodies, then the values' blob
+///
+/// A tensor of the blob whose bytes travel as a body is a data-plane record (tag 8) whose id is its body's
+/// index; the bodies follow the head in index order.
+struct LaneHead {
+  static constexpr uint8_t kCall = 1;
+  static constexpr uint8_t kReply = 2;
+  /// ActorRef::stop() of the target, in its sender's sequence like a Call.
+  static constexpr uint8_t kStop = 3;
+  uint8_t kind = kCall;
+  /// A Call's place in its sender's sequence to this process (1, 2, ...).
+  uint64_t seq = 0;
+  /// The request id (0: a one-way Call).
+  uint64_t id = 0;
+  /// A Call's target: the actor's id in its process.
+  uint64_t target = 0;
+  /// The sending rank.
+  int32_t from_rank = -1;
+  /// A Reply: ok, or `text` is the error.
+  bool ok = true;
+  /// A Call's method, a Reply's error text.
+  std::string text;
+  /// The byte size of each body, in order.
+  std::vector<uint64_t> bodies;
+  /// Where the blob starts in the head (set by the decoder).
+  size_t blob_offset = 0;
+};
+/// Where `seq` sits in an encoded head (a sender fills it in last).
+inline constexpr size_t kLaneSeqOffset = 5;
+/// Appends the head's fields (not the blob: encode() appends it after) to `out`.
+void encode_lane_head(const LaneHead& h, std::string& out);
+/// Decodes a head's fields, checking every size against the bytes that remain (at most 2^20 bodies);
+/// ActorError on a malformed one. The blob is data + blob_offset.
+LaneHead decode_lane_head(const char* data, size_t size);
+
 /// Fuzz entry point: decodes arbitrary bytes (ActorRefs as empty handles); true when they were a valid
 /// blob. Never crashes, never allocates more than the input's size allows.
 bool fuzz_decode(const uint8_t* data, size_t size);

@@ -11,7 +11,10 @@
 //                 (1024-1024, ReLU, 1024-10) hosted on rank 1; zero_grad, cross_entropy(stage2(stage1(x)), y),
 //                 backward through both ranks, DistributedOptimizer(SGD 0.01) step; and the same model run
 //                 locally on rank 0 (the compute floor)
-// Medians of samples; prints "troupe_remote_rtt_us", "troupe_remote_step_ms" for scripts/remote_bench.sh.
+// Under mpirun each troupe case runs on both cross-process paths in the same run: the lane (Calls and
+// Replies as MPI messages, the default) and CAF's middleman (actors::set_cross_process_path("caf")).
+// Medians of samples; prints "troupe_remote_rtt_us", "troupe_remote_step_ms" (the lane) and the same with
+// "_caf" for scripts/remote_bench.sh.
 #include <mpi.h>
 
 #include <algorithm>
@@ -81,40 +84,58 @@ void drive(launch::Context& ctx) {
   const int samples = g_quick ? 3 : 7;
   std::printf("remote_bench: %s, 2 ranks, 1 thread each\n", rt.networked() ? "mpirun (2 processes)" : "--ranks 2 (one process)");
 
+  // The paths to time: the one this process uses, and CAF's beside the lane.
+  std::vector<std::string> paths{actors::cross_process_path()};
+  if (paths[0] == "lane") paths.push_back("caf");
+  auto use = [&](const std::string& p) {
+    if (p != "local") actors::set_cross_process_path(p);
+  };
+
   // ---- rtt
   auto lin = actors::host(rt, 1, "Linear", {16, 16});
   Tensor x = randn({4, 16});
   const int reps = g_quick ? 200 : 1000;
-  for (int i = 0; i < 100; ++i) (*lin)(x);
-  std::vector<double> nog, withg;
-  for (int s = 0; s < samples; ++s) {
-    {
-      NoGradGuard g;
-      nog.push_back(rtt_us(*lin, x, reps));
+  std::vector<double> rtts;
+  for (const auto& p : paths) {
+    use(p);
+    for (int i = 0; i < 100; ++i) (*lin)(x);
+    std::vector<double> nog, withg;
+    for (int s = 0; s < samples; ++s) {
+      {
+        NoGradGuard g;
+        nog.push_back(rtt_us(*lin, x, reps));
+      }
+      withg.push_back(rtt_us(*lin, x, reps));
     }
-    withg.push_back(rtt_us(*lin, x, reps));
+    rtts.push_back(median(nog));
+    std::printf("rtt  [%s] proxy forward Linear(16,16) batch 4, no_grad: %.1f us; grad mode on: %.1f us\n", p.c_str(),
+                rtts.back(), median(withg));
   }
-  double rtt = median(nog);
-  std::printf("rtt  proxy forward Linear(16,16) batch 4, no_grad: %.1f us; grad mode on: %.1f us\n", rtt, median(withg));
+  use(paths[0]);
+  double rtt = rtts[0];
 
   // ---- transfer vs raw MPI (mpirun only: the MPI side needs two processes)
   if (rt.networked()) {
     auto sink = rt.spawn_on(1, "bench.sink", "Sink");
-    std::printf("transfer  bytes        troupe ms    MPI ms   MPI/troupe\n");
+    std::printf("transfer  bytes        lane ms    caf ms     MPI ms   MPI/lane  MPI/caf\n");
     for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
                           int64_t(64) << 20}) {
       if (g_quick && bytes > (int64_t(16) << 20)) break;
       Tensor t = randn({bytes / 4});
       const int n = bytes >= (int64_t(16) << 20) ? 5 : 20;
-      std::vector<double> tr, mp;
+      std::vector<double> tr, tc, mp;
       for (int s = 0; s < samples; ++s) {
-        auto t0 = Clock::now();
-        for (int i = 0; i < n; ++i) sink.request<int64_t>("take", t).get();
-        tr.push_back(secs(t0) * 1e3 / n);
+        for (size_t k = 0; k < paths.size(); ++k) {
+          use(paths[k]);
+          auto t0 = Clock::now();
+          for (int i = 0; i < n; ++i) sink.request<int64_t>("take", t).get();
+          (k == 0 ? tr : tc).push_back(secs(t0) * 1e3 / n);
+        }
+        use(paths[0]);
         int cmd[2] = {1, static_cast<int>(bytes / 4)};
         MPI_Send(cmd, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = Clock::now();
+        auto t0 = Clock::now();
         for (int i = 0; i < n; ++i) {
           MPI_Send(t.data_ptr(), static_cast<int>(bytes / 4), MPI_FLOAT, 1, 78, MPI_COMM_WORLD);
           int64_t ack = 0;
@@ -124,8 +145,9 @@ void drive(launch::Context& ctx) {
         int done[2] = {2, n};
         (void)done;
       }
-      double a = median(tr), b = median(mp);
-      std::printf("transfer  %-10lld  %9.3f  %9.3f   %.2f\n", static_cast<long long>(bytes), a, b, b / a);
+      double a = median(tr), c = median(tc), b = median(mp);
+      std::printf("transfer  %-10lld  %9.3f  %9.3f  %9.3f   %6.2f   %6.2f\n", static_cast<long long>(bytes), a, c, b, b / a,
+                  tc.empty() ? 0.0 : b / c);
     }
     int stop[2] = {0, 0};
     MPI_Send(stop, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
@@ -157,20 +179,31 @@ void drive(launch::Context& ctx) {
     step_split();
   }
   const int steps = g_quick ? 5 : 20;
-  std::vector<double> tl, ts;
+  std::vector<double> tl;
+  std::vector<std::vector<double>> ts(paths.size());
   for (int s = 0; s < samples; ++s) {
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) step_local();
     tl.push_back(secs(t0) * 1e3 / steps);
-    t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) step_split();
-    ts.push_back(secs(t0) * 1e3 / steps);
+    for (size_t k = 0; k < paths.size(); ++k) {
+      use(paths[k]);
+      t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) step_split();
+      ts[k].push_back(secs(t0) * 1e3 / steps);
+    }
+    use(paths[0]);
   }
-  double step_ms = median(ts);
-  std::printf("train step two-stage MLP 784-1024-1024-10 batch 256: split over 2 ranks %.2f ms, local %.2f ms\n", step_ms,
-              median(tl));
+  double step_ms = median(ts[0]);
+  for (size_t k = 0; k < paths.size(); ++k) {
+    std::printf("train step [%s] two-stage MLP 784-1024-1024-10 batch 256: split over 2 ranks %.2f ms, local %.2f ms\n",
+                paths[k].c_str(), median(ts[k]), median(tl));
+  }
   std::printf("troupe_remote_rtt_us %.2f\n", rtt);
   std::printf("troupe_remote_step_ms %.3f\n", step_ms);
+  if (paths.size() > 1) {
+    std::printf("troupe_remote_rtt_caf_us %.2f\n", rtts[1]);
+    std::printf("troupe_remote_step_caf_ms %.3f\n", median(ts[1]));
+  }
 }
 
 // Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop.

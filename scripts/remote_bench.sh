@@ -2,7 +2,7 @@
 # The issue-12 RemoteModule benchmark: builds remote_bench (Release, build-bench/), runs it under
 # `mpirun -np 2`, runs PyTorch 1.13's RPC (TensorPipe, RemoteModule, dist_autograd, DistributedOptimizer)
 # with the same cases (bench/remote_torch.py; skipped when /usr/bin/python3 has no torch), and prints the
-# ratios: PyTorch round trip / troupe round trip (target >= 10), PyTorch train step / troupe train step
+# ratios: PyTorch round trip / troupe round trip on the lane (target >= 10; CAF's path beside it), PyTorch train step / troupe train step
 # (target >= 3). With --append the output is also appended to bench/results.txt.
 #   bash scripts/remote_bench.sh [--append] [--quick]
 set -euo pipefail
@@ -54,6 +54,12 @@ tstep=$(awk '/^torch_remote_step_ms/ {print $2}' "$out")
       printf "round trip PyTorch RemoteModule / troupe RemoteModule: %.0f us / %.0f us = %.1f (target >= 10: %s)\n", p, t, r, (r >= 10 ? "PASS" : "MISS") }'
     awk -v t="$step" -v p="$tstep" 'BEGIN { r = p / t;
       printf "train step PyTorch dist_autograd / troupe: %.1f ms / %.1f ms = %.1f (target >= 3: %s)\n", p, t, r, (r >= 3 ? "PASS" : "MISS") }'
+    crtt=$(awk '/^troupe_remote_rtt_caf_us/ {print $2}' "$out")
+    cstep=$(awk '/^troupe_remote_step_caf_ms/ {print $2}' "$out")
+    if [[ -n "$crtt" ]]; then
+      awk -v t="$crtt" -v p="$trtt" -v s="$cstep" -v q="$tstep" 'BEGIN {
+        printf "  the same through CAF (TROUPE_ACTOR_LANE=caf): round trip %.0f us (%.1f), train step %.1f ms (%.1f)\n", t, p / t, s, q / s }'
+    fi
   else
     echo "ratios: n/a"
   fi

@@ -96,6 +96,15 @@ struct Reply {
   Payload result;
 };
 
+/// A Call that crosses to another process by CAF while the lane (system.cpp) is on: sent to that
+/// process's router with its place in the sender's sequence to that process, so that it is delivered in
+/// order with the Calls that took the lane (those whose values hold an ActorRef go this way).
+struct Routed {
+  uint64_t seq = 0;
+  uint64_t target = 0;  // the actor's id in the receiving process
+  Call call;
+};
+
 /// Encodes x into the serializer (payload.cpp).
 caf::error save_payload(caf::serializer& f, Payload& x);
 /// Decodes x from the deserializer, checking the blob's claimed size against the bytes that remain.
@@ -121,6 +130,11 @@ typename Inspector::result_type inspect(Inspector& f, Call& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Reply& x) {
   return f(caf::meta::type_name("troupe_reply"), x.id, x.ok, x.error, x.result);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Routed& x) {
+  return f(caf::meta::type_name("troupe_routed"), x.seq, x.target, x.call);
 }
 
 }  // namespace troupe::actors::detail

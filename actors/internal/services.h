@@ -25,6 +25,9 @@ Factory find_factory(const std::string& name);
 ActorRef spawn_host(int rank, const std::string& name, std::unique_ptr<Actor> actor);
 /// Records `ref` as rank `rank`'s service actor (the "hello" of a connecting rank).
 void set_service(int rank, const ActorRef& ref);
+/// Records `router` as rank `rank`'s router and returns this process's (the hello of a connecting rank:
+/// Calls that cross by CAF while the lane is on go to the routers).
+ActorRef exchange_router(int rank, const ActorRef& router);
 /// The rank service actor of `rank` (service.cpp), built for this process's system.
 std::unique_ptr<Actor> make_rank_service(int rank);
 /// The name of rank r's service actor: "troupe.rank<r>".

@@ -22,6 +22,12 @@ struct Counter : Actor {
     handle("add", [this](int64_t k) { return n += k; });
     handle("get", [this] { return n; });
     handle("append", [this](int64_t k) { seen.push_back(k); });
+    // append with an ActorRef in the message (across processes it crosses by CAF, not on the lane).
+    handle("append_with", [this](ActorRef, int64_t k) { seen.push_back(k); });
+    handle("append_get", [this](int64_t k) {
+      seen.push_back(k);
+      return static_cast<int64_t>(seen.size());
+    });
     handle("seen", [this] { return seen; });
     handle("fail", [](std::string why) -> int64_t { throw std::runtime_error("counter refused: " + why); });
     handle("sleep_ms", [this](int64_t ms) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
+#include <thread>
 
 #include <troupe/actors/auth.h>
 
@@ -132,6 +134,97 @@ TEST(MpiActors, EveryWireTypeCrossesAConnection) {
   auto seen = echo.request<std::vector<int64_t>>("seen").get();
   ASSERT_EQ(seen.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], i);
+  ctx.world->barrier();
+  echo.stop();
+  ctx.world->barrier();
+}
+
+std::string expected_path() {
+  const char* v = std::getenv("TROUPE_ACTOR_LANE");
+  return v && std::string(v) == "caf" ? "caf" : "lane";
+}
+
+TEST(MpiLane, ItIsThePathUnlessCafIsAskedFor) {
+  MPI_ONLY();
+  EXPECT_EQ(cross_process_path(), expected_path());
+  ctx.world->barrier();
+}
+
+// Every rank sends to an actor on every other rank from two threads at once: one-way messages on the lane,
+// every 7th with an ActorRef in it (so it crosses by CAF to the router), every 13th a request waited for,
+// and a stop marker last. Each (rank, thread) stream must arrive whole and in the order sent.
+TEST(MpiLane, OrderHoldsAcrossManyMessagesAndBothPaths) {
+  MPI_ONLY();
+  const int n = ctx.size;
+  constexpr int64_t kPerThread = 1500;
+  ActorRef mine = rt.spawn_on((ctx.rank + 1) % n, "ord" + std::to_string(ctx.rank), "Counter", 0);
+  ctx.world->barrier();
+  std::vector<ActorRef> targets;
+  for (int r = 0; r < n; ++r) {
+    ActorRef t = rt.lookup("ord" + std::to_string(r));
+    if (t.rank() != ctx.rank) targets.push_back(t);
+  }
+  auto stream = [&](int thread) {
+    for (int64_t i = 0; i < kPerThread; ++i) {
+      const int64_t k = (int64_t{ctx.rank} * 2 + thread) * 1000000 + i;
+      for (const ActorRef& t : targets) {
+        if (i % 13 == 0) t.request<int64_t>("append_get", k).get();
+        else if (i % 7 == 0) t.send("append_with", t, k);
+        else t.send("append", k);
+      }
+    }
+  };
+  std::thread other(stream, 1);
+  stream(0);
+  other.join();
+  // Each target's last message from here was a request answered after everything before it ran.
+  for (const ActorRef& t : targets) t.request<int64_t>("append_get", int64_t{-1}).get();
+  ctx.world->barrier();
+  auto seen = mine.request<std::vector<int64_t>>("seen").get();
+  std::map<int64_t, int64_t> next;  // stream -> next index expected
+  int64_t total = 0;
+  for (int64_t k : seen) {
+    if (k < 0) continue;
+    const int64_t s = k / 1000000, i = k % 1000000;
+    ASSERT_EQ(i, next[s]) << "stream " << s << " out of order at position " << total;
+    ++next[s];
+    ++total;
+  }
+  const int senders = n - 1;  // every rank but the one hosting it
+  EXPECT_EQ(total, int64_t{senders} * 2 * kPerThread);
+  for (auto& [s, c] : next) EXPECT_EQ(c, kPerThread) << "stream " << s;
+  ctx.world->barrier();
+  // stop() crosses in the same sequence: what was sent before it runs, what comes after fails.
+  for (int i = 0; i < 50; ++i) mine.send("append", int64_t{-2});
+  mine.stop();
+  std::string e = error_of([&] { mine.request<int64_t>("get").get(); });
+  EXPECT_TRUE(contains(e, "gone") && contains(e, "ord" + std::to_string(ctx.rank))) << e;
+  ctx.world->barrier();
+}
+
+// Tensors from 4 KB to 64 MB, both ways (the request's argument and the reply), contiguous and not, alone
+// and inside a list with small values.
+TEST(MpiLane, LargeTensorsCrossBothWays) {
+  MPI_ONLY();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "big" + std::to_string(ctx.rank), "Counter", 0);
+  for (int64_t bytes : {int64_t{4} << 10, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
+    Tensor t = randn({bytes / 4});
+    Tensor back = echo.request<Tensor>("echo", t).get();
+    EXPECT_TRUE(equal(back, t)) << bytes;
+    EXPECT_NE(back.data_ptr(), t.data_ptr());
+    Tensor s = echo.request<Tensor>("scale", t, 2.0).get();
+    EXPECT_TRUE(equal(s, t * 2.0)) << bytes;
+  }
+  Tensor m = randn({1024, 512}, TensorOptions().dtype(kFloat64));
+  List in{Value(m.t()), Value(int64_t{7}), Value(List{Value(ones({3})), Value(m)}), Value(Tensor())};
+  List out = echo.request<Value>("echo", Value(in)).get().as<List>();
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(equal(out[0].as<Tensor>(), m.t()));
+  EXPECT_EQ(out[1].as<int64_t>(), 7);
+  EXPECT_TRUE(equal(out[2].as<List>()[0].as<Tensor>(), ones({3})));
+  EXPECT_TRUE(equal(out[2].as<List>()[1].as<Tensor>(), m));
+  EXPECT_FALSE(out[3].as<Tensor>().defined());
   ctx.world->barrier();
   echo.stop();
   ctx.world->barrier();

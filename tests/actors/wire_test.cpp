@@ -152,3 +152,61 @@ TEST(ActorsValue, TraitsConvertBothWays) {
     EXPECT_STREQ(e.what(), "expected Tensor, got float");
   }
 }
+
+// The lane's head (wire.h LaneHead): every field round-trips, the seq slot is where senders patch it,
+// every truncation and a lying body count or string length is refused, and the fuzz entry takes heads.
+TEST(ActorsWire, LaneHeadsRoundTripAndRefuseWhatLies) {
+  wire::LaneHead h;
+  h.kind = wire::LaneHead::kReply;
+  h.seq = 77;
+  h.id = (uint64_t{1} << 40) + 5;
+  h.target = 123;
+  h.from_rank = 2;
+  h.ok = false;
+  h.text = "the handler threw: no";
+  h.bodies = {4096, 0, uint64_t{1} << 26};
+  std::string head;
+  wire::encode_lane_head(h, head);
+  const size_t fields = head.size();
+  wire::encode(List{Value(int64_t{3})}, head, [](const ActorRef&) -> uint32_t { return 0; });
+  uint64_t seq = 0;
+  std::memcpy(&seq, head.data() + wire::kLaneSeqOffset, sizeof seq);
+  EXPECT_EQ(seq, 77u);
+  wire::LaneHead back = wire::decode_lane_head(head.data(), head.size());
+  EXPECT_EQ(back.kind, h.kind);
+  EXPECT_EQ(back.seq, h.seq);
+  EXPECT_EQ(back.id, h.id);
+  EXPECT_EQ(back.target, h.target);
+  EXPECT_EQ(back.from_rank, 2);
+  EXPECT_FALSE(back.ok);
+  EXPECT_EQ(back.text, h.text);
+  EXPECT_EQ(back.bodies, h.bodies);
+  EXPECT_EQ(back.blob_offset, fields);
+  List vals = wire::decode(head.data() + back.blob_offset, head.size() - back.blob_offset, nullptr);
+  ASSERT_EQ(vals.size(), 1u);
+  EXPECT_EQ(vals[0].as<int64_t>(), 3);
+  for (size_t n = 0; n < fields; ++n) {
+    EXPECT_THROW(wire::decode_lane_head(head.data(), n), ActorError) << n;
+  }
+  // A body count of 2^32-1 with no sizes behind it, a text claiming 2^60 bytes, an unknown kind.
+  std::string lying = head.substr(0, fields);
+  const size_t count_at = fields - 4 - 3 * 8;
+  uint32_t huge = 0xffffffffu;
+  std::memcpy(lying.data() + count_at, &huge, 4);
+  EXPECT_THROW(wire::decode_lane_head(lying.data(), lying.size()), ActorError);
+  lying = head.substr(0, fields);
+  const uint64_t big = uint64_t{1} << 60;
+  std::memcpy(lying.data() + 4 + 1 + 8 + 8 + 8 + 4 + 1, &big, 8);
+  std::string e;
+  try {
+    wire::decode_lane_head(lying.data(), lying.size());
+  } catch (const ActorError& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("the error text"), std::string::npos) << e;
+  lying = head;
+  lying[4] = 9;
+  EXPECT_THROW(wire::decode_lane_head(lying.data(), lying.size()), ActorError);
+  EXPECT_TRUE(wire::fuzz_decode(reinterpret_cast<const uint8_t*>(head.data()), head.size()));
+  EXPECT_FALSE(wire::fuzz_decode(reinterpret_cast<const uint8_t*>(lying.data()), lying.size()));
+}

@@ -1,0 +1,74 @@
+// MessageLane: point-to-point byte messages between the processes of one MPI job, for a layer above that
+// frames its own messages (the actor layer's lane: Calls and Replies between processes, actors/system.cpp).
+// A message is a head (bytes) followed by zero or more bodies (tensors), each body one MPI message of its
+// own, sent from and received into the tensor's memory (never copied, never element by element).
+//
+//   auto lane = comm::make_message_lane(world);          // collective over the world (MPI_Comm_dup)
+//   lane->post(1, head, {t});                            // never blocks; t is kept until it has left
+//   while (auto m = lane->poll()) { ... lane->recv_body(m->source, kFloat32, {4, 4}, 10s) ... }
+//
+// A rank with nothing to do sleeps in idle_wait(): the ranks on one node share a doorbell each (a futex
+// word in an MPI shared-memory window), which post() rings when its destination sleeps, so a sleeping
+// rank wakes as a blocked thread does (the kernel's wake-up) instead of at its next poll.
+// Everything travels on a private communicator (a duplicate of MPI_COMM_WORLD, errors returned rather than
+// fatal): MPI's own transport inside the job, nothing else listens. Messages posted to one destination
+// arrive in posting order (MPI's non-overtaking rule: heads and bodies use one tag each).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <troupe/comm/process_group.h>
+
+namespace troupe::comm {
+
+/// Byte messages with tensor bodies between the ranks of an MPI world (see the file comment).
+class MessageLane {
+ public:
+  /// A received head and the rank that sent it.
+  struct Incoming {
+    int source = -1;
+    std::string head;
+  };
+  virtual ~MessageLane() = default;
+  /// This process's rank in the world.
+  virtual int rank() const = 0;
+  /// The world's size.
+  virtual int size() const = 0;
+  /// Posts `head`, then each of `bodies` (contiguous CPU tensors), to `dest` and returns at once: the
+  /// bytes leave as the peer takes them, the head and tensors are kept until then. Thread-safe; posts
+  /// to one destination arrive in the order they were made. Throws CommError when MPI refuses.
+  virtual void post(int dest, std::string head, std::vector<Tensor> bodies) = 0;
+  /// One look that never blocks: the next head from any rank, or nullopt (also completes sends that
+  /// finished). One thread at a time (the caller serialises polls and recv_body).
+  virtual std::optional<Incoming> poll() = 0;
+  /// The next body from `source` in a new tensor of `dtype` and `shape`, received once its message is
+  /// there and holds exactly that many bytes (checked before allocating; a mismatched message is
+  /// consumed and refused). Waits at most `timeout`, or until abort(): CommError then.
+  virtual Tensor recv_body(int source, ScalarType dtype, const std::vector<int64_t>& shape,
+                           std::chrono::milliseconds timeout) = 0;
+  /// Receives and drops the next body from `source`, of `nbytes` bytes (a message whose head could not be
+  /// decoded: its bodies are consumed so that the next head lines up). Waits as recv_body does.
+  virtual void skip_body(int source, int64_t nbytes, std::chrono::milliseconds timeout) = 0;
+  /// Makes recv_body give up at once from now on (shutdown).
+  virtual void abort() = 0;
+  /// Posted messages (heads and bodies) not yet sent.
+  virtual size_t pending_sends() = 0;
+  /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
+  /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
+  virtual void idle_wait(std::chrono::microseconds timeout) = 0;
+  /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
+  /// the latency for messages from other nodes).
+  virtual bool all_on_node() const = 0;
+};
+
+/// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).
+/// Null when `world` is not the mpi backend's world group. Defined when troupe is built with MPI
+/// (TROUPE_HAVE_MPI).
+std::shared_ptr<MessageLane> make_message_lane(const ProcessGroupPtr& world);
+
+}  // namespace troupe::comm

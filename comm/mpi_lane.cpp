@@ -1,0 +1,337 @@
+// MessageLane over MPI (message_lane.h): heads on tag 1, bodies on tag 2 (a body larger than 1 GiB as
+// several messages of at most 1 GiB), MPI_Isend from the caller's thread, MPI_Improbe / MPI_Mrecv on the
+// polling thread.
+#include <troupe/comm/message_lane.h>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <troupe/tensor/ops.h>
+
+#include "mpi_internal.h"
+
+namespace troupe::comm {
+namespace {
+
+using mpi_impl::mpi_alive;
+using mpi_impl::mpi_error_string;
+
+constexpr int kHeadTag = 1;
+constexpr int kBodyTag = 2;
+constexpr int64_t kChunk = int64_t{1} << 30;
+// How long post() polls its own sends before it leaves them to the polling thread.
+constexpr auto kOwnProgress = std::chrono::milliseconds(50);
+
+/// A rank's doorbell, in the node's shared window: `sleeping` while it waits in idle_wait, `ring`
+/// bumped (and futex-woken) by a poster that saw it sleeping.
+struct Doorbell {
+  std::atomic<uint32_t> ring;
+  std::atomic<uint32_t> sleeping;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+void futex_wait(std::atomic<uint32_t>* w, uint32_t expected, std::chrono::microseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>* w) { syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, 1, nullptr, nullptr, 0); }
+
+class MpiLane final : public MessageLane {
+ public:
+  MpiLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size), bells_(size, nullptr) {
+    // The doorbells: one slot per rank of this node in a shared window (collective over the world).
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
+    int nsize = 0;
+    MPI_Comm_size(node, &nsize);
+    void* base = nullptr;
+    if (MPI_Win_allocate_shared(sizeof(Doorbell), 1, MPI_INFO_NULL, node, &base, &win_) != MPI_SUCCESS) return;
+    MPI_Group wg, ng;
+    MPI_Comm_group(comm_, &wg);
+    MPI_Comm_group(node, &ng);
+    std::vector<int> nranks(nsize), wranks(nsize);
+    for (int i = 0; i < nsize; ++i) nranks[i] = i;
+    MPI_Group_translate_ranks(ng, nsize, nranks.data(), wg, wranks.data());
+    for (int i = 0; i < nsize; ++i) {
+      MPI_Aint sz = 0;
+      int disp = 0;
+      void* p = nullptr;
+      if (MPI_Win_shared_query(win_, i, &sz, &disp, &p) == MPI_SUCCESS && p && sz >= static_cast<MPI_Aint>(sizeof(Doorbell))) {
+        // Each rank constructs its own slot; the barrier below orders that before any peer rings it.
+        bells_[wranks[i]] = wranks[i] == rank_ ? new (p) Doorbell{} : static_cast<Doorbell*>(p);
+      }
+    }
+    MPI_Group_free(&wg);
+    MPI_Group_free(&ng);
+    all_on_node_ = nsize == size_;
+    MPI_Barrier(node);  // every slot constructed before anyone rings
+    node_ = node;
+  }
+
+  ~MpiLane() override {
+    std::lock_guard<std::mutex> g(send_mu_);
+    if (!mpi_alive()) return;
+    test_sends_locked();
+    // Sends a dead or stopped peer never took stay posted (MPI may still complete them): their memory
+    // is kept, and the communicator is not freed under them.
+    if (!out_.empty()) {
+      static std::mutex leak_mu;
+      static std::vector<std::shared_ptr<Keep>> leaked;
+      std::lock_guard<std::mutex> l(leak_mu);
+      for (auto& o : out_) leaked.push_back(o.keep);
+      return;
+    }
+    // The window and the node communicator stay: freeing them is collective, and a peer may be dead.
+    MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void post(int dest, std::string head, std::vector<Tensor> bodies) override {
+    if (dest < 0 || dest >= size_ || dest == rank_) {
+      throw CommError("[message_lane] post to rank " + std::to_string(dest) + " (world of " + std::to_string(size_) +
+                      ", this is rank " + std::to_string(rank_) + ")");
+    }
+    auto keep = std::make_shared<Keep>();
+    keep->head = std::move(head);
+    keep->bodies = std::move(bodies);
+    for (const Tensor& t : keep->bodies) {
+      if (!t.defined() || !t.is_cpu() || !t.is_contiguous()) throw CommError("[message_lane] a body must be a contiguous CPU tensor");
+    }
+    std::vector<MPI_Request> mine;
+    {
+      std::lock_guard<std::mutex> g(send_mu_);  // one message's pieces in a row: posts to one rank keep their order
+      try {
+        isend(mine, keep->head.data(), static_cast<int64_t>(keep->head.size()), dest, kHeadTag);
+        for (const Tensor& t : keep->bodies) {
+          const char* p = static_cast<const char*>(t.data_ptr());
+          const int64_t n = static_cast<int64_t>(t.nbytes());
+          int64_t off = 0;
+          do {
+            const int64_t c = std::min(kChunk, n - off);
+            isend(mine, p + off, c, dest, kBodyTag);
+            off += c;
+          } while (off < n);
+        }
+      } catch (...) {
+        for (MPI_Request r : mine) out_.push_back(Out{r, keep, dest});  // what was posted keeps its memory
+        throw;
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the message is out before we look
+    ring(dest);
+    // A message above MPI's eager limit moves only while this process polls MPI once the peer matched it.
+    // The posting thread runs now, so it polls its own sends for up to kOwnProgress (on a loaded machine
+    // a poller that must first be scheduled costs a time slice, milliseconds); what is left then goes to
+    // the polling thread (woken), so no post blocks longer on a dead or stopped peer.
+    const auto until = mpi_impl::Clock::now() + kOwnProgress;
+    for (int k = 0;; ++k) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(mine.size()), mine.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) {
+        // A send MPI could not start at once leaves during a later poll: ring again now that it is out
+        // (a peer that woke at the first ring, found nothing and slept again would miss it).
+        ring(dest);
+        return;
+      }
+      if ((k & 63) == 63 && mpi_impl::Clock::now() > until) break;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    {
+      std::lock_guard<std::mutex> g(send_mu_);
+      for (MPI_Request r : mine)
+        if (r != MPI_REQUEST_NULL) out_.push_back(Out{r, keep, dest});
+    }
+    ring(rank_);
+  }
+
+  /// Wakes `r`'s idle_wait when it sleeps.
+  void ring(int r) {
+    Doorbell* b = bells_[r];
+    if (b && b->sleeping.load(std::memory_order_seq_cst)) {
+      b->ring.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(&b->ring);
+    }
+  }
+
+  void idle_wait(std::chrono::microseconds timeout) override {
+    Doorbell* mine = bells_[rank_];
+    if (!mine) {
+      std::this_thread::sleep_for(timeout);
+      return;
+    }
+    mine->sleeping.store(1, std::memory_order_seq_cst);
+    const uint32_t seen = mine->ring.load(std::memory_order_seq_cst);
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);  // posted before we slept?
+    if (!flag) {
+      std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
+      if (g.owns_lock() && !out_.empty()) flag = 1;  // a send to progress
+    }
+    if (!flag) futex_wait(&mine->ring, seen, timeout);
+    mine->sleeping.store(0, std::memory_order_relaxed);
+  }
+
+  bool all_on_node() const override { return all_on_node_; }
+
+  std::optional<Incoming> poll() override {
+    {
+      std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
+      if (g.owns_lock() && !out_.empty()) test_sends_locked();
+    }
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    int rc = MPI_Improbe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, &msg, &st);
+    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
+    if (!flag) return std::nullopt;
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    Incoming in;
+    in.source = st.MPI_SOURCE;
+    in.head.resize(static_cast<size_t>(n));
+    rc = MPI_Mrecv(in.head.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Mrecv failed: " + mpi_error_string(rc));
+    return in;
+  }
+
+  Tensor recv_body(int source, ScalarType dtype, const std::vector<int64_t>& shape,
+                   std::chrono::milliseconds timeout) override {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;  // the caller checked the shape against its bound
+    const int64_t n = numel * static_cast<int64_t>(element_size(dtype));
+    const auto deadline = mpi_impl::Clock::now() + timeout;
+    Tensor t;
+    char* p = nullptr;
+    int64_t off = 0;
+    do {
+      const int64_t want = std::min(kChunk, n - off);
+      MPI_Message msg;
+      MPI_Status st;
+      int got = wait_probe(source, deadline, timeout, &msg, &st);
+      if (got != want) {
+        // Consume the message (its bytes are really there), then refuse it.
+        std::vector<char> sink(static_cast<size_t>(std::max(got, 0)));
+        MPI_Mrecv(sink.data(), got, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        throw CommError("[message_lane] a body from rank " + std::to_string(source) + " holds " + std::to_string(got) +
+                        " bytes where " + std::to_string(want) + " were announced");
+      }
+      if (!t.defined()) {
+        t = empty(shape, TensorOptions().dtype(dtype));
+        p = static_cast<char*>(t.data_ptr());
+      }
+      int rc = MPI_Mrecv(p + off, static_cast<int>(want), MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Mrecv of a body failed: " + mpi_error_string(rc));
+      off += want;
+    } while (off < n);
+    return t;
+  }
+
+  void skip_body(int source, int64_t nbytes, std::chrono::milliseconds timeout) override {
+    const auto deadline = mpi_impl::Clock::now() + timeout;
+    int64_t off = 0;
+    do {
+      MPI_Message msg;
+      MPI_Status st;
+      int got = wait_probe(source, deadline, timeout, &msg, &st);
+      std::vector<char> sink(static_cast<size_t>(std::max(got, 0)));
+      MPI_Mrecv(sink.data(), got, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      off += std::max(got, 1);
+    } while (off < nbytes);
+  }
+
+  void abort() override { aborted_.store(true); }
+
+  size_t pending_sends() override {
+    std::lock_guard<std::mutex> g(send_mu_);
+    test_sends_locked();
+    return out_.size();
+  }
+
+ private:
+  struct Keep {
+    std::string head;
+    std::vector<Tensor> bodies;
+  };
+  struct Out {
+    MPI_Request req;
+    std::shared_ptr<Keep> keep;
+    int dest;
+  };
+
+  void isend(std::vector<MPI_Request>& mine, const char* p, int64_t n, int dest, int tag) {
+    MPI_Request r;
+    int rc = MPI_Isend(p, static_cast<int>(n), MPI_BYTE, dest, tag, comm_, &r);
+    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Isend to rank " + std::to_string(dest) + " failed: " + mpi_error_string(rc));
+    mine.push_back(r);
+  }
+
+  void test_sends_locked() {
+    size_t k = 0;
+    for (size_t i = 0; i < out_.size(); ++i) {
+      int done = 0;
+      if (MPI_Test(&out_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+        ring(out_[i].dest);  // it is out now (see post)
+        continue;
+      }
+      if (k != i) out_[k] = std::move(out_[i]);
+      ++k;
+    }
+    out_.resize(k);
+  }
+
+  /// Probes for the next body from `source` until it is there (its byte count) or the deadline.
+  int wait_probe(int source, mpi_impl::Clock::time_point deadline, std::chrono::milliseconds timeout, MPI_Message* msg,
+                 MPI_Status* st) {
+    for (int spins = 0;; ++spins) {
+      int flag = 0;
+      int rc = MPI_Improbe(source, kBodyTag, comm_, &flag, msg, st);
+      if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
+      if (flag) {
+        int n = 0;
+        MPI_Get_count(st, MPI_BYTE, &n);
+        return n;
+      }
+      if (aborted_.load()) throw CommError("[message_lane] stopped while a body from rank " + std::to_string(source) + " was awaited");
+      if ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline) {
+        throw CommError("[message_lane] a body from rank " + std::to_string(source) + " did not arrive within " +
+                        std::to_string(timeout.count()) + " ms");
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // no sched_yield: on a loaded machine it gives the core away for a time slice
+#endif
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  std::vector<Doorbell*> bells_;  // per world rank: its doorbell when on this node
+  MPI_Win win_ = MPI_WIN_NULL;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  bool all_on_node_ = false;
+  std::mutex send_mu_;
+  std::vector<Out> out_;  // posted, not yet complete
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace
+
+std::shared_ptr<MessageLane> make_message_lane(const ProcessGroupPtr& world) {
+  if (!world || world->backend() != "mpi" || !mpi_alive()) return nullptr;
+  int wsize = 0, wrank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  if (wsize != world->size() || wrank != world->rank()) return nullptr;  // not the world group
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  if (rc != MPI_SUCCESS) throw CommError("[make_message_lane] MPI_Comm_dup failed: " + mpi_error_string(rc));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return std::make_shared<MpiLane>(comm, wrank, wsize);
+}
+
+}  // namespace troupe::comm
