@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include <troupe/jit/ops.h>
+#include <troupe/jit/parser.h>
 
 namespace troupe::jit {
 
@@ -183,7 +184,8 @@ std::string py_literal(const IValue& v) {
 
 class CodePrinter {
  public:
-  CodePrinter(const Graph& g, std::map<std::string, Tensor>& constants) : g_(g), constants_(constants) {}
+  CodePrinter(const Graph& g, std::map<std::string, Tensor>& constants, std::string self_type = "")
+      : g_(g), constants_(constants), self_type_(std::move(self_type)) {}
 
   std::string print() {
     std::map<const Value*, int> uses;
@@ -192,7 +194,7 @@ class CodePrinter {
     for (const Value* o : g_.outputs()) ++uses[o];
 
     std::ostringstream head;
-    head << "def forward(self";
+    head << "def forward(self" << (self_type_.empty() ? "" : ": " + self_type_);
     for (size_t i = 1; i < g_.inputs().size(); ++i) {
       const Value* in = g_.inputs()[i];
       std::string base = in->name.empty() ? "argument_" + std::to_string(i) : in->name;
@@ -312,6 +314,7 @@ class CodePrinter {
 
   const Graph& g_;
   std::map<std::string, Tensor>& constants_;
+  std::string self_type_;
   std::map<const Value*, std::string> expr_;
   std::vector<const Value*> pending_;
   std::set<std::string> used_{"self"};
@@ -330,6 +333,11 @@ std::pair<std::string, std::map<std::string, Tensor>> ScriptModule::code_with_co
 }
 
 std::string ScriptModule::code() const { return code_with_constants().first; }
+
+std::string print_forward(const Graph& g, std::map<std::string, Tensor>& constants, const std::string& self_type) {
+  CodePrinter p(g, constants, self_type);
+  return p.print();
+}
 
 std::string torch_class_path(const std::string& c) {
   static const std::map<std::string, std::string> files = {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,8 @@
 namespace troupe::jit {
 
 class ScriptModule;
+/// Extra files saved beside a module: name -> contents (torch::jit::ExtraFilesMap).
+using ExtraFilesMap = std::unordered_map<std::string, std::string>;
 /// How ScriptModules are held (as every nn::Module is: by shared_ptr).
 using ScriptModulePtr = std::shared_ptr<ScriptModule>;
 
@@ -43,6 +46,11 @@ class ScriptModule : public nn::Module {
   std::string code() const;
   /// code() and the tensor constants it names `CONSTANTS.c0`, `CONSTANTS.c1`, ... (keys "c0", ...).
   std::pair<std::string, std::map<std::string, Tensor>> code_with_constants() const;
+
+  /// Writes the module as a TorchScript archive (torch.jit.save's zip layout, loadable by PyTorch 1.13's
+  /// torch.jit.load) with `extra_files` under extra/; written to a temporary file and renamed, so `path`
+  /// is either the old file or the whole new one.
+  void save(const std::string& path, const ExtraFilesMap& extra_files = {}) const;
 
   /// The TorchScript class name (`__torch__.Net`, `__torch__.torch.nn.modules.linear.___torch_mangle_0.Linear`).
   const std::string& qualified_name() const { return qualified_name_; }
@@ -77,6 +85,14 @@ template <class H, class = decltype(std::declval<H>().ptr())>
 ScriptModulePtr trace(const H& holder, const Tensor& example_input, bool check_trace = true) {
   return trace(std::shared_ptr<nn::Module>(holder.ptr()), example_input, check_trace);
 }
+
+/// Reads a TorchScript archive (one saved by ScriptModule::save, or a traced module saved by PyTorch 1.13)
+/// into a ScriptModule that runs forward and backward without the original C++ class. Each key of
+/// `extra_files` found under extra/ gets its contents. A truncated or corrupt archive, or code troupe
+/// cannot run, throws "[jit::load] <path>: ..." (naming the first op troupe lacks) and nothing is returned.
+ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files);
+/// load() without extra files.
+ScriptModulePtr load(const std::string& path);
 
 /// Runs `graph` with `self` as its module input and `inputs` after it; the interpreter of ScriptModules.
 std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs);
