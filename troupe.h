@@ -16,6 +16,7 @@
 // Layers: optim (optimizers, lr schedulers, swa_utils), data (Dataset, DataLoader, digits)
 #include "optim/optim.h"
 #include "data/data.h"
+#include "jit/jit.h"
 
 // Layers: comm (process groups; local, mpi, nccl backends), metrics (progress, SummaryWriter, plots), parallel (DDP, ZeRO, FSDP), launch
 #include "comm/comm.h"

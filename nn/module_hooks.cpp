@@ -2,6 +2,7 @@
 // the full backward hooks' plumbing (identity nodes around the module, as torch's BackwardHook), the legacy
 // backward hooks, and hook registration.
 #include <troupe/nn/module.h>
+#include <troupe/tensor/tracing.h>
 
 #include <algorithm>
 #include <atomic>
@@ -92,7 +93,7 @@ bool PlacedBypass::active() { return t_placed_bypass; }
 Tensor Module::operator()(const Tensor& input) {
   if ((!placed_ || t_placed_bypass) && forward_pre_hooks_.empty() && forward_hooks_.empty() && backward_hooks_.empty() &&
       backward_pre_hooks_.empty() && legacy_backward_hooks_.empty() &&
-      globals().count.load(std::memory_order_relaxed) == 0 && !is_remote())
+      globals().count.load(std::memory_order_relaxed) == 0 && !is_remote() && tracing::state() == nullptr)
     return forward(input);
   Value out = call(Args{Value(input)});
   if (!out.is_tensor())
@@ -304,7 +305,16 @@ Value Module::run_forward_with_hooks(const detail::GlobalHookSnapshot& global, c
   Value result;
   std::set<int64_t> called_always;
   try {
-    result = forward_args(args, kwargs);
+    if (auto* tracer = tracing::state()) {  // jit::trace: this call is a scope of its own
+      std::vector<Tensor> inputs;
+      for (const Value& a : args)
+        for (const Tensor& t : a.tensors()) inputs.push_back(t);
+      tracer->enter_module(this, inputs);
+      result = forward_args(args, kwargs);
+      tracer->exit_module(this, result.tensors());
+    } else {
+      result = forward_args(args, kwargs);
+    }
     for (auto& [id, hook, always] : global.forward) {
       if (always) called_always.insert(id);
       auto r = hook(*this, args, result);

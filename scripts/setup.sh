@@ -26,7 +26,7 @@ packages=(
   build-essential cmake ninja-build git pkg-config ccache
   libopenblas-dev
   libopenmpi-dev openmpi-bin
-  libcaf-dev libssl-dev libcereal-dev
+  libcaf-dev libssl-dev libcereal-dev libzip-dev
   googletest libgtest-dev libgmock-dev
   libbenchmark-dev
   python3-protobuf

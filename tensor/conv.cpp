@@ -2,6 +2,7 @@
 // backward functions are themselves differentiable ops, so double backward works. conv_transpose2d is conv2d's
 // input gradient (gemm + col2im); conv1d and conv_transpose1d are the 2-D ops on a height-1 image.
 #include <algorithm>
+#include "tracing.h"
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -398,6 +399,9 @@ void check_float_or_int(const char* op, const Tensor& t) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, IntArrayRef stride, IntArrayRef padding,
               IntArrayRef dilation, int64_t groups) {
+  TROUPE_TRACE_OP("aten::_convolution", conv2d(input, weight, bias, stride, padding, dilation, groups), input, weight,
+                  bias, tracing::pair(stride), tracing::pair(padding), tracing::pair(dilation), false,
+                  std::vector<int64_t>{0, 0}, groups, false, false, true, true);
   if (!input.defined() || !weight.defined()) throw std::invalid_argument(err("conv2d", "got an undefined tensor"));
   if (input.dim() != 3 && input.dim() != 4)
     throw std::invalid_argument(err("conv2d", "expected input to have 4 dimensions (N, C, H, W), got input of shape " +

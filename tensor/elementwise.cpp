@@ -2,6 +2,7 @@
 // (About 800 lines, kept whole: every op here, the in-place forms at the bottom included, goes through the
 // promotion, broadcasting and casting helpers at the top; a cut would only move those into a header.)
 #include <cmath>
+#include "tracing.h"
 #include <sstream>
 #include <stdexcept>
 
@@ -117,6 +118,7 @@ void check_inplace_cast(const char* op, ScalarType result, ScalarType self) {
 // ---------------------------------------------------------------- add / sub
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  TROUPE_TRACE_OP("aten::add", add(a, b, alpha), a, b, tracing::scalar(alpha));
   ScalarType dt = result_type(a, b);
   Tensor out = binary_forward("add", BinaryOp::Add, a, b, dt, alpha.to_double());
   if (autograd::any_requires_grad({&a, &b})) {
@@ -131,6 +133,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
+  TROUPE_TRACE_OP("aten::add", add(a, b, alpha), a, tracing::scalar(b), tracing::scalar(alpha));
   auto [bt, dt] = scalar_operand(a, b);
   Tensor out = binary_forward("add", BinaryOp::Add, a, bt, dt, alpha.to_double());
   if (autograd::any_requires_grad({&a}))
@@ -139,6 +142,7 @@ Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  TROUPE_TRACE_OP("aten::sub", sub(a, b, alpha), a, b, tracing::scalar(alpha));
   if (a.dtype() == kBool && b.dtype() == kBool)
     throw std::invalid_argument("[sub] Subtraction, the `-` operator, with two bool tensors is not supported. Use the "
                                 "`^` or `logical_xor()` operator instead.");
@@ -156,6 +160,7 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
+  TROUPE_TRACE_OP("aten::sub", sub(a, b, alpha), a, tracing::scalar(b), tracing::scalar(alpha));
   auto [bt, dt] = scalar_operand(a, b);
   Tensor out = binary_forward("sub", BinaryOp::Sub, a, bt, dt, alpha.to_double());
   if (autograd::any_requires_grad({&a}))
@@ -174,6 +179,7 @@ Tensor rsub(const Tensor& a, Scalar b) {
 // ---------------------------------------------------------------- mul / div
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  TROUPE_TRACE_OP("aten::mul", mul(a, b), a, b);
   ScalarType dt = result_type(a, b);
   Tensor out = binary_forward("mul", BinaryOp::Mul, a, b, dt);
   if (autograd::any_requires_grad({&a, &b})) {
@@ -190,6 +196,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, Scalar b) {
+  TROUPE_TRACE_OP("aten::mul", mul(a, b), a, tracing::scalar(b));
   auto [bt, dt] = scalar_operand(a, b);
   Tensor out = binary_forward("mul", BinaryOp::Mul, a, bt, dt);
   if (autograd::any_requires_grad({&a}))
@@ -198,6 +205,7 @@ Tensor mul(const Tensor& a, Scalar b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  TROUPE_TRACE_OP("aten::div", div(a, b), a, b);
   ScalarType dt = float_result(result_type(a, b));  // true division
   Tensor out = binary_forward("div", BinaryOp::Div, a, b, dt);
   if (autograd::any_requires_grad({&a, &b})) {
@@ -214,6 +222,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, Scalar b) {
+  TROUPE_TRACE_OP("aten::div", div(a, b), a, tracing::scalar(b));
   auto [bt, dt0] = scalar_operand(a, b);
   ScalarType dt = float_result(dt0);
   Tensor out = binary_forward("div", BinaryOp::Div, a, bt, dt);
@@ -329,11 +338,13 @@ Tensor abs(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::exp", exp(x), x);
   return unary_op("ExpBackward0", UnaryOp::Exp, x, true, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; });
 }
 
 Tensor log(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::log", log(x), x);
   return unary_op("LogBackward0", UnaryOp::Log, x, true, true, false,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return g / x; });
 }
@@ -364,6 +375,7 @@ Tensor cos(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::tanh", tanh(x), x);
   return unary_op("TanhBackward0", UnaryOp::Tanh, x, true, false, true, [](const Tensor& g, const Tensor&, const Tensor& y) {
     if (!autograd::GradMode::is_enabled()) {
       Tensor out = empty(g.sizes(), g.options());
@@ -375,6 +387,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::sigmoid", sigmoid(x), x);
   return unary_op("SigmoidBackward0", UnaryOp::Sigmoid, x, true, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     if (!autograd::GradMode::is_enabled()) {
@@ -387,6 +400,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::relu", relu(x), x);
   return unary_op("ReluBackward0", UnaryOp::Relu, x, false, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     if (!autograd::GradMode::is_enabled() && g.sizes().equals(y.sizes())) {
@@ -405,6 +419,7 @@ Tensor erf(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TROUPE_TRACE_OP("aten::gelu", gelu(x, approximate), x, approximate);
   if (approximate != "none" && approximate != "tanh")
     throw std::invalid_argument("[gelu] approximate argument must be either none or tanh, got '" + approximate + "'");
   bool t = approximate == "tanh";
@@ -455,6 +470,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
+  TROUPE_TRACE_OP("aten::leaky_relu", leaky_relu(x, slope), x, slope);
   return unary_op("LeakyReluBackward0", UnaryOp::LeakyRelu, x, true, true, false,
                   [slope](const Tensor& g, const Tensor& x, const Tensor&) {
                     return g * where(gt(x, 0.0), ones_like(x), full_like(x, slope));
@@ -775,6 +791,14 @@ Tensor& unary_inplace(const char* name, Tensor& self, const std::function<Tensor
 
 Tensor& Tensor::add_(const Tensor& o, Scalar a) { return binary_inplace("add_", "AddBackward0", BinaryOp::Add, *this, o, a.to_double()); }
 Tensor& Tensor::add_(Scalar o, Scalar a) {
+  if (auto* tracer = tracing::state()) {
+    {
+      tracing::StateGuard suspend(nullptr);
+      add_(o, a);
+    }
+    tracer->record_op("aten::add_", {*this, tracing::scalar(o), tracing::scalar(a)}, {*this});
+    return *this;
+  }
   check_inplace_cast("add_", result_type(*this, o), dtype());  // before the number is cast to self's dtype
   return binary_inplace("add_", "AddBackward1", BinaryOp::Add, *this, scalar_tensor(o, dtype()), a.to_double());
 }

@@ -1,6 +1,7 @@
 // Linear algebra ops: matmul (every rank case of torch.matmul), mm, bmm, addmm, dot, mv, outer, linear,
 // each with its backward. The arithmetic is Backend::gemm (any strides: transposed views pass without a copy).
 #include <cstring>
+#include "tracing.h"
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -341,6 +342,7 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 // ============================================================ matmul
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  TROUPE_TRACE_OP("aten::matmul", matmul(a, b), a, b);
   check_defined("matmul", {&a, &b});
   const int64_t da = a.dim(), db = b.dim();
   if (da == 0 || db == 0)
@@ -393,6 +395,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 // ============================================================ linear
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  TROUPE_TRACE_OP("aten::linear", linear(x, w, b), x, w, b);
   check_defined("linear", {&x, &w});
   if (x.dim() == 0)
     throw std::invalid_argument("[linear] both arguments to matmul need to be at least 1D, but they are 0D and " +

@@ -1,6 +1,7 @@
 // max_pool2d (with indices) and avg_pool2d with their backward functions (themselves differentiable ops, so
 // double backward works); CPU only, through the loops below.
 #include <algorithm>
+#include "tracing.h"
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -486,11 +487,19 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntArray
 
 Tensor max_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                   IntArrayRef dilation, bool ceil_mode) {
+  TROUPE_TRACE_OP("aten::max_pool2d", max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode), input,
+                  tracing::pair(kernel_size), tracing::pair(stride.empty() ? kernel_size : stride),
+                  tracing::pair(padding), tracing::pair(dilation), ceil_mode);
   return std::get<0>(max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode));
 }
 
 Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                   bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  TROUPE_TRACE_OP("aten::avg_pool2d",
+                  avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), input,
+                  tracing::pair(kernel_size), tracing::pair(stride.empty() ? kernel_size : stride),
+                  tracing::pair(padding), ceil_mode, count_include_pad,
+                  divisor_override ? IValue(*divisor_override) : IValue());
   const char* op = "avg_pool2d";
   check_pool_input(op, input, true);
   AvgArgs a{pool_params(op, kernel_size, stride, padding, IntArrayRef(), ceil_mode, false), count_include_pad,

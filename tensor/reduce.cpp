@@ -9,6 +9,7 @@
 // that are reduced are not read repeatedly (a sum over them is a multiplication). var/std and norm are in
 // reduce_stats.cpp, softmax/log_softmax and logsumexp in softmax.cpp, cumsum in cumsum.cpp.
 #include <algorithm>
+#include "tracing.h"
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -499,6 +500,7 @@ Tensor all_any(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool i
 // ====================================================================== sum / mean
 
 Tensor sum(const Tensor& x, std::optional<ScalarType> dtype) {
+  TROUPE_TRACE_OP("aten::sum", sum(x, dtype), x, tracing::dtype(dtype));
   Mask mask = all_mask(x);
   Tensor out = sum_impl(x, mask, false, dtype ? *dtype : sum_dtype(x.dtype()));
   if (autograd::any_requires_grad({&x})) {
@@ -510,6 +512,7 @@ Tensor sum(const Tensor& x, std::optional<ScalarType> dtype) {
 }
 
 Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<ScalarType> dtype) {
+  TROUPE_TRACE_OP("aten::sum", sum(x, dims, keepdim, dtype), x, dims, keepdim, tracing::dtype(dtype));
   Mask mask = dims_mask("sum", x, dims);
   Tensor out = sum_impl(x, mask, keepdim, dtype ? *dtype : sum_dtype(x.dtype()));
   if (autograd::any_requires_grad({&x})) {
@@ -541,9 +544,13 @@ Tensor mean_impl(const Tensor& x, const Mask& mask, bool keepdim, const char* no
 }
 }  // namespace
 
-Tensor mean(const Tensor& x) { return mean_impl(x, all_mask(x), false, "MeanBackward0"); }
+Tensor mean(const Tensor& x) {
+  TROUPE_TRACE_OP("aten::mean", mean(x), x, IValue());
+  return mean_impl(x, all_mask(x), false, "MeanBackward0");
+}
 
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TROUPE_TRACE_OP("aten::mean", mean(x, dims, keepdim), x, dims, keepdim, IValue());
   return mean_impl(x, dims_mask("mean", x, dims), keepdim, "MeanBackward1");
 }
 

@@ -1,6 +1,7 @@
 // softmax, log_softmax and logsumexp with their backward functions: the backend's fused kernels where it
 // has them (FusedKernel::Softmax, LogSumExp), else composed from amax, exp and sum.
 #include <cmath>
+#include "tracing.h"
 #include <limits>
 #include <optional>
 #include <vector>
@@ -105,8 +106,12 @@ Tensor logsumexp(const Tensor& x_in, IntArrayRef dims, bool keepdim) {
 
 // ====================================================================== softmax / log_softmax
 
-Tensor softmax(const Tensor& x, int64_t d, std::optional<ScalarType> dtype) { return softmax_impl(x, d, dtype, false); }
+Tensor softmax(const Tensor& x, int64_t d, std::optional<ScalarType> dtype) {
+  TROUPE_TRACE_OP("aten::softmax", softmax(x, d, dtype), x, d, tracing::dtype(dtype));
+  return softmax_impl(x, d, dtype, false);
+}
 Tensor log_softmax(const Tensor& x, int64_t d, std::optional<ScalarType> dtype) {
+  TROUPE_TRACE_OP("aten::log_softmax", log_softmax(x, d, dtype), x, d, tracing::dtype(dtype));
   return softmax_impl(x, d, dtype, true);
 }
 

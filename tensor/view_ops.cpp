@@ -1,5 +1,6 @@
 // View ops: new geometry over the same storage (writes through a view change its base), with backward.
 #include <algorithm>
+#include "tracing.h"
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -97,6 +98,7 @@ void record_reshape_like(const char* name, const Tensor& x, const Tensor& out) {
 }  // namespace
 
 Tensor view(const Tensor& t, IntArrayRef sizes) {
+  TROUPE_TRACE_OP("aten::view", view(t, sizes), t, sizes);
   auto shape = infer_size(sizes, t.numel(), "view");
   auto st = compute_stride(t.sizes(), t.strides(), shape);
   if (!st)
@@ -109,6 +111,7 @@ Tensor view(const Tensor& t, IntArrayRef sizes) {
 }
 
 Tensor reshape(const Tensor& t, IntArrayRef sizes) {
+  TROUPE_TRACE_OP("aten::reshape", reshape(t, sizes), t, sizes);
   auto shape = infer_size(sizes, t.numel(), "reshape");
   auto st = compute_stride(t.sizes(), t.strides(), shape);
   if (st) {
@@ -120,6 +123,7 @@ Tensor reshape(const Tensor& t, IntArrayRef sizes) {
 }
 
 Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) {
+  TROUPE_TRACE_OP("aten::transpose", transpose(t, d0, d1), t, d0, d1);
   int64_t n = t.dim();
   d0 = wrap_dim(d0, n, "transpose");
   d1 = wrap_dim(d1, n, "transpose");
@@ -143,6 +147,7 @@ Tensor t(const Tensor& x) {
 }
 
 Tensor permute(const Tensor& t, IntArrayRef dims) {
+  TROUPE_TRACE_OP("aten::permute", permute(t, dims), t, dims);
   int64_t n = t.dim();
   if (static_cast<int64_t>(dims.size()) != n)
     throw std::invalid_argument("[permute] number of dims don't match in permute: got " + std::to_string(dims.size()) +
@@ -192,6 +197,7 @@ Tensor squeeze(const Tensor& t, int64_t d) {
 }
 
 Tensor unsqueeze(const Tensor& t, int64_t d) {
+  TROUPE_TRACE_OP("aten::unsqueeze", unsqueeze(t, d), t, d);
   d = wrap_dim(d, t.dim() + 1, "unsqueeze");
   auto sz = t.sizes().vec(), st = t.strides().vec();
   int64_t new_stride = d >= t.dim() ? 1 : sz[d] * st[d];
@@ -326,6 +332,7 @@ Tensor select(const Tensor& t, int64_t d, int64_t index) {
 }
 
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
+  TROUPE_TRACE_OP("aten::flatten", flatten(t, start_dim, end_dim), t, start_dim, end_dim);
   if (t.dim() == 0) return t.reshape({1});
   start_dim = wrap_dim(start_dim, t.dim(), "flatten");
   end_dim = wrap_dim(end_dim, t.dim(), "flatten");

@@ -1,6 +1,7 @@
 // nn::functional activations: thin compositions of the tensor library's ops, plus the in-place forms
 // and the legacy implicit softmax dim.
 #include <troupe/nn/functional/activation.h>
+#include <troupe/tensor/tracing.h>
 
 #include <functional>
 #include <stdexcept>
@@ -39,6 +40,7 @@ int64_t softmax_dim(const char* name, const Tensor& input, std::optional<int64_t
 
 Tensor relu(const Tensor& input, const ReLUFuncOptions& options) {
   if (options.inplace()) {
+    TROUPE_TRACE_OP("aten::relu_", relu(input, options), input);
     Tensor self = input;
     self.relu_();
     return self;
@@ -48,6 +50,8 @@ Tensor relu(const Tensor& input, const ReLUFuncOptions& options) {
 
 Tensor leaky_relu(const Tensor& input, const LeakyReLUFuncOptions& options) {
   const double negative_slope = options.negative_slope();
+  TROUPE_TRACE_OP(options.inplace() ? "aten::leaky_relu_" : "aten::leaky_relu", leaky_relu(input, options), input,
+                  negative_slope);
   if (options.inplace())
     return inplace_unary(input, [negative_slope](const Tensor& x) { return troupe::leaky_relu(x, negative_slope); });
   return troupe::leaky_relu(input, negative_slope);

@@ -1,6 +1,7 @@
 // nn::functional::dropout, as PyTorch's CPU kernel (ATen _dropout_impl): a Bernoulli(1 - p) mask in the
 // input's dtype, divided by 1 - p, multiplied in (MulBackward0).
 #include <troupe/nn/functional/dropout.h>
+#include <troupe/tensor/tracing.h>
 
 #include <stdexcept>
 
@@ -11,6 +12,8 @@
 namespace troupe::nn::functional {
 
 Tensor dropout(const Tensor& input, const DropoutFuncOptions& options) {
+  TROUPE_TRACE_OP(options.inplace() ? "aten::dropout_" : "aten::dropout", dropout(input, options), input, options.p(),
+                  options.training());
   const double p = options.p();
   const bool inplace = options.inplace();
   if (p < 0.0 || p > 1.0 || p != p)

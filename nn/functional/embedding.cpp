@@ -1,6 +1,7 @@
 // nn::functional::embedding: index_select of weight's rows, with a backward that leaves out padding_idx
 // and can scale by index frequency (ATen's embedding / embedding_dense_backward / embedding_renorm_).
 #include <troupe/nn/functional/embedding.h>
+#include <troupe/tensor/tracing.h>
 
 #include <algorithm>
 #include <cmath>
@@ -62,6 +63,11 @@ void embedding_renorm_(const Tensor& weight, const std::vector<int64_t>& idx, do
 
 // input (*) int, weight (N, D) -> (*, D)
 Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& options) {
+  if (!options.max_norm()) {  // with max_norm the weight's renorm is traced op by op
+    TROUPE_TRACE_OP("aten::embedding", embedding(input, weight, options), weight, input,
+                    options.padding_idx() ? *options.padding_idx() : int64_t{-1}, options.scale_grad_by_freq(),
+                    options.sparse());
+  }
   const std::optional<int64_t> padding_idx = options.padding_idx();
   const std::optional<double> max_norm = options.max_norm();
   const double norm_type = options.norm_type();

@@ -1,6 +1,7 @@
 // nn::functional losses: compositions of differentiable tensor ops (autograd gives their backward),
 // with PyTorch 1.13's shape rules and error texts. binary_cross_entropy alone records its backward.
 #include <troupe/nn/functional/loss.h>
+#include <troupe/tensor/tracing.h>
 
 #include <sstream>
 #include <stdexcept>
@@ -200,14 +201,17 @@ Tensor nll_impl(const Tensor& input, const Tensor& target, const TargetInfo& ti,
 // ---------------------------------------------------------------- regression losses
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::mse_loss", mse_loss(input, target, options), input, target, int64_t{options.reduction().kind()});
   return apply_reduction((input - target).square(), options.reduction());
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::l1_loss", l1_loss(input, target, options), input, target, int64_t{options.reduction().kind()});
   return apply_reduction((input - target).abs(), options.reduction());
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::smooth_l1_loss", smooth_l1_loss(input, target, options), input, target, int64_t{options.reduction().kind()}, options.beta());
   const double beta = options.beta();
   const Reduction reduction = options.reduction();
   if (beta < 0) throw std::runtime_error("smooth_l1_loss does not support negative values for beta.");
@@ -230,6 +234,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberLossFunc
 // ---------------------------------------------------------------- classification losses
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::nll_loss_nd", nll_loss(input, target, options), input, target, options.weight(), int64_t{options.reduction().kind()}, options.ignore_index());
   const Tensor& weight = options.weight();
   const int64_t ignore_index = options.ignore_index();
   check_nll_shapes(input, target, weight);
@@ -239,6 +244,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossFuncOpti
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::cross_entropy_loss", cross_entropy(input, target, options), input, target, options.weight(), int64_t{options.reduction().kind()}, options.ignore_index(), options.label_smoothing());
   const Tensor& weight = options.weight();
   const int64_t ignore_index = options.ignore_index();
   const Reduction reduction = options.reduction();
@@ -300,6 +306,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
 // ---------------------------------------------------------------- binary losses
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BinaryCrossEntropyFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::binary_cross_entropy", binary_cross_entropy(input, target, options), input, target, options.weight(), int64_t{options.reduction().kind()});
   const Tensor& weight = options.weight();
   if (input.sizes() != target.sizes())
     throw std::invalid_argument("Using a target size (" + torch_size_str(target.sizes()) +
@@ -337,6 +344,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Bin
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         const BinaryCrossEntropyWithLogitsFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::binary_cross_entropy_with_logits", binary_cross_entropy_with_logits(input, target, options),
+                  input, target, options.weight(), options.pos_weight(), int64_t{options.reduction().kind()});
   const Tensor& weight = options.weight();
   const Tensor& pos_weight = options.pos_weight();
   if (input.sizes() != target.sizes())

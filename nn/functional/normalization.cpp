@@ -1,6 +1,7 @@
 // nn::functional layer_norm, batch_norm, group_norm and instance_norm as compositions of tensor ops (autograd
 // gives the backward).
 #include <troupe/nn/functional/normalization.h>
+#include <troupe/tensor/tracing.h>
 
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,8 @@
 namespace troupe::nn::functional {
 
 Tensor layer_norm(const Tensor& input, const LayerNormFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::layer_norm", layer_norm(input, options), input, options.normalized_shape(), options.weight(),
+                  options.bias(), options.eps(), true);
   const IntArrayRef normalized_shape = options.normalized_shape();
   const Tensor &weight = options.weight(), &bias = options.bias();
   const double eps = options.eps();
@@ -58,6 +61,9 @@ void check_channels(const char* name, int64_t expected, const Tensor& t) {
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const BatchNormFuncOptions& options) {
+  TROUPE_TRACE_OP("aten::batch_norm", batch_norm(input, running_mean, running_var, options), input, options.weight(),
+                  options.bias(), running_mean, running_var, options.training(),
+                  options.momentum() ? IValue(*options.momentum()) : IValue(), options.eps(), true);
   const Tensor &weight = options.weight(), &bias = options.bias();
   const bool training = options.training();
   const double eps = options.eps();

@@ -2,6 +2,7 @@
 // 2-D pooling of height-1 images; adaptive pooling composed of differentiable ops: averages as products with
 // (out, in) averaging matrices along each dim, maxima as a max over the gathered (padded) windows.
 #include <troupe/nn/functional/pooling.h>
+#include <troupe/tensor/tracing.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -191,6 +192,12 @@ Tensor adaptive_avg_pool1d(const Tensor& input, const AdaptiveAvgPool1dFuncOptio
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, const AdaptiveAvgPool2dFuncOptions& o) {
+  if (auto* tracer = tracing::state(); tracer != nullptr && input.dim() >= 2) {
+    std::vector<int64_t> size(2);
+    for (int i = 0; i < 2; ++i) size[i] = o.output_size()[i] ? *o.output_size()[i] : input.size(input.dim() - 2 + i);
+    return tracing::record(tracer, "aten::adaptive_avg_pool2d", {input, size},
+                           [&] { return adaptive_avg_pool2d(input, AdaptiveAvgPool2dFuncOptions({size[0], size[1]})); });
+  }
   return adaptive_avg("adaptive_avg_pool2d", input, {o.output_size()[0], o.output_size()[1]});
 }
 
