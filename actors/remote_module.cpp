@@ -896,7 +896,7 @@ void split_tree(nn::Module& root, std::vector<Tensor>& local, std::vector<Remote
     stack.pop_back();
     if (!memo.insert(m).second) continue;
     if (auto* r = dynamic_cast<RemoteModule*>(m)) {
-      remote.push_back(r);
+      for (auto* h : r->host_proxies()) remote.push_back(h);
       continue;
     }
     for (const auto& [k, p] : m->parameters_dict())
@@ -943,34 +943,6 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
   for (auto& f : fs) f.get();
 }
 
-// ------------------------------------------------------------------------------------------------
-// place()
-
-std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement) {
-  if (!model) throw ActorError("[actors] place(): the model is null");
-  for (const auto& [a, ra] : placement) {
-    if (a.empty()) throw ActorError("[actors] place(): the root itself cannot be placed (use actors::host)");
-    for (const auto& [b, rb] : placement)
-      if (a != b && b.compare(0, a.size() + 1, a + ".") == 0)
-        throw ActorError("[actors] place(): `" + b + "` lies inside `" + a + "`, which is placed as a whole");
-    if (ra < 0 || ra >= rt.size())
-      throw ActorError("[actors] place(): `" + a + "` -> rank " + std::to_string(ra) + ", but there are " +
-                       std::to_string(rt.size()) + " ranks");
-  }
-  std::map<std::string, RemoteModulePtr> out;
-  for (const auto& [path, rank] : placement) {
-    nn::ModulePtr child = model->get_submodule(path);  // PyTorch's error text for a bad path
-    if (child->is_remote()) throw ActorError("[actors] place(): `" + path + "` is already hosted");
-    auto dot = path.rfind('.');
-    nn::ModulePtr parent = dot == std::string::npos ? model : model->get_submodule(path.substr(0, dot));
-    std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
-    RemoteModulePtr proxy = host(rt, child, rank);
-    parent->register_module(name, proxy);
-    child->set_placed(proxy);
-    out[path] = proxy;
-  }
-  return out;
-}
+// place(): placement.cpp
 
 }  // namespace troupe::actors

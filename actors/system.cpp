@@ -22,6 +22,7 @@
 #include <troupe/actors/auth.h>
 #include <troupe/actors/internal/caf_types.h>
 #include <troupe/actors/internal/gate.h>
+#include <troupe/actors/internal/groups.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
 #include <troupe/tensor/autograd.h>
@@ -1015,6 +1016,16 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       if (detail::g_data_plane.threshold.load() <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
       detail::g_has_data_plane.store(world->backend() != "local", std::memory_order_release);
     }
+    // place()'s groups (replicated / sharded) are sub-groups of a group of every rank of their own
+    // (placement.cpp), so that making one queues behind nothing else.
+    {
+      std::vector<int> all(size);
+      for (int j = 0; j < size; ++j) all[j] = j;
+      comm::GroupOptions o;
+      o.name = "actors-groups";
+      o.timeout = default_timeout();
+      detail::groups_world() = world->new_group(all, o);
+    }
     // Rank r connects to every lower rank and says hello (so both sides know each other's service).
     for (int j = 0; j < rank; ++j) {
       sys->connect(j, one_host ? "127.0.0.1" : hosts[j], static_cast<uint16_t>(std::stoi(ports[j])));
@@ -1038,6 +1049,7 @@ void stop() {
   }
   if (s) s->stop();
   detail::g_data_plane.group.reset();
+  detail::groups_world().reset();
 }
 
 bool running() { return detail::current() != nullptr; }
