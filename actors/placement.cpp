@@ -1060,7 +1060,15 @@ RemoteModulePtr place_group(Runtime& rt, const std::string& path, const nn::Modu
       if (!first) first = std::current_exception();
     }
   }
-  if (first) std::rethrow_exception(first);
+  if (first) {
+    for (int64_t j = 0; j < k; ++j) {  // the groups of this process that no host took
+      try {
+        unpark(id, j);
+      } catch (const ActorError&) {
+      }
+    }
+    std::rethrow_exception(first);
+  }
   return std::make_shared<RemoteGroupModule>(p, std::move(reps), "", child->name(), rt.rank(), child->is_training());
 }
 

@@ -267,6 +267,9 @@ TEST(Placement, ErrorsNameThePathAndTheGroup) {
       auto p = place(rt, two.ptr(), {{"dec", replicated({1, 2})}});
       e = what_of([&] { (*p["dec"])(nn::Args{nn::Value(randn({3, 4}, kFloat64)), nn::Value(randn({2, 4}, kFloat64))}); });
       EXPECT_TRUE(contains(e, "split along dim 0, but their sizes there differ (3 and 2)")) << e;
+      // a group is not a pipeline stage
+      e = what_of([&] { Pipeline({p["dec"]}, 2); });
+      EXPECT_TRUE(contains(e, "stage 0 is hosted by a group of ranks")) << e;
     }
     ctx.world->barrier();
   });
