@@ -477,8 +477,8 @@ struct RemoteCall {
 /// The node a forward through a proxy records: backward asks the host to run its part.
 struct RemoteCallNode : autograd::Node {
   std::shared_ptr<RemoteCall> call;
-  std::string what;
-  explicit RemoteCallNode(std::shared_ptr<RemoteCall> c, std::string w) : call(std::move(c)), what(std::move(w)) {}
+  std::shared_ptr<const std::string> what;  // the proxy's, made once (no text built per forward)
+  RemoteCallNode(std::shared_ptr<RemoteCall> c, std::shared_ptr<const std::string> w) : call(std::move(c)), what(std::move(w)) {}
   ~RemoteCallNode() override { teardown(); }
   std::string name() const override { return "RemoteModuleBackward"; }
   bool materializes_grads() const override { return false; }
@@ -487,7 +487,7 @@ struct RemoteCallNode : autograd::Node {
   autograd::variable_list apply(autograd::variable_list&& grads) override {
     if (!call) autograd::throw_backward_twice();
     if (autograd::GradMode::is_enabled())
-      throw ActorError("[actors] backward with create_graph=True through " + what + " is not supported");
+      throw ActorError("[actors] backward with create_graph=True through " + *what + " is not supported");
     List g;
     g.reserve(grads.size());
     for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
@@ -500,7 +500,7 @@ struct RemoteCallNode : autograd::Node {
 };
 
 nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
-                 const std::string& what) {
+                 const std::shared_ptr<const std::string>& what) {
   auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key), what);
   node->next_edges.reserve(inputs.size());
   for (const auto& t : inputs)
@@ -596,6 +596,7 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
 RemoteModule::RemoteModule(ActorRef host, std::string path, std::string class_name, int64_t caller_rank, bool training)
     : host_(std::move(host)), path_(std::move(path)), class_name_(std::move(class_name)), caller_rank_(caller_rank) {
   training_ = training;
+  what_ = std::make_shared<const std::string>(class_name_ + " `" + path_ + "` on rank " + std::to_string(host_.rank()));
 }
 
 RemoteModule::~RemoteModule() {
@@ -628,8 +629,10 @@ nn::ModulePtr RemoteModule::clone(const std::optional<Device>&) const {
 // ---- forward
 
 // One forward request: `hooks` runs the host's call() (its hooks), else forward_args. With grad mode on
-// the result gets its RemoteCallNode when it arrives.
-Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks) {
+// the result gets its RemoteCallNode when it arrives. With `result` (the synchronous calls) it waits here
+// and writes the output there, without a continuation (then() costs a second request state per call).
+Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks,
+                                             nn::Value* result) {
   const bool grad = autograd::GradMode::is_enabled();
   std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
   List a;
@@ -640,23 +643,30 @@ Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwa
   const int64_t key = next_key();
   const int64_t flags = (grad ? 1 : 0) | (hooks ? 2 : 0);
   auto f = host_.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
-  ActorRef h = host_;
-  std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(host_rank());
-  return f.then([inputs = std::move(inputs), h, key, what](List r) {
+  auto finish = [inputs = std::move(inputs), h = host_, key, what = what_](List r) {
     nn::Value out = from_value<nn::Value>(r.at(1));
     if (!r.at(0).as<bool>()) return out;
     return attach(std::move(out), inputs, h, key, what);
-  });
+  };
+  if (result) {
+    *result = finish(f.get());
+    return {};
+  }
+  return f.then(std::move(finish));
 }
 
 Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) { return send_forward(args, kwargs, true); }
 
 nn::Value RemoteModule::call(nn::Args args, nn::Kwargs kwargs) {
-  return forward_async(std::move(args), std::move(kwargs)).get();
+  nn::Value out;
+  send_forward(args, kwargs, true, &out);
+  return out;
 }
 
 nn::Value RemoteModule::forward_args(const nn::Args& args, const nn::Kwargs& kwargs) {
-  return send_forward(args, kwargs, false).get();  // without the hooks, as Module::forward_args
+  nn::Value out;
+  send_forward(args, kwargs, false, &out);  // without the hooks, as Module::forward_args
+  return out;
 }
 
 Tensor RemoteModule::forward(const Tensor& input) {

@@ -194,7 +194,7 @@ class RemoteModule : public nn::Module {
  private:
   template <class R = Value, class... A>
   R ask(const std::string& method, A&&... args) const;
-  Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
+  Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks, nn::Value* result = nullptr);
   nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
                                bool always_call) ;
   RemoteModulePtr sub(const std::string& path, const std::string& class_name, bool training) const;
@@ -204,6 +204,7 @@ class RemoteModule : public nn::Module {
   std::string class_name_;
   int64_t caller_rank_;
   bool owner_ = false;
+  std::shared_ptr<const std::string> what_;  // "Linear `fc` on rank 1" (RemoteCallNode's errors)
 };
 
 /// torch.distributed.optim.DistributedOptimizer: one optimizer per host over the parameters it holds,

@@ -183,17 +183,25 @@ struct Host : InlineRunner {
   caf::actor_addr addr;
   bool inline_ok = false;
 
-  /// Queues `it`, waking the actor when it is idle; the reason it ended instead when it has.
+  /// Queues `it`, waking the actor when it is idle; the reason it ended instead when it has. A one-way
+  /// message to an idle actor that allows inline requests, with nothing queued, runs on this thread
+  /// instead (as a waiter runs a request: RemoteModule's "rel" then wakes no thread).
   std::optional<std::string> push(Item&& it, const caf::actor& handle) {
-    bool post;
+    bool post = false, here = false;
     {
       std::lock_guard<SpinLock> g(mu_);
       if (closed_) return closed_reason_;
-      q_.push(std::move(it));
-      post = !running_ && !posted_;
-      if (post) posted_ = true;
+      here = inline_ok && !it.state && !it.exit && !it.reply_to && !running_ && !posted_ && q_.empty();
+      if (here) {
+        running_ = true;
+      } else {
+        q_.push(std::move(it));
+        post = !running_ && !posted_;
+        if (post) posted_ = true;
+      }
     }
-    if (post) caf::anon_send(handle, tr_drain_atom::value);
+    if (here) run_here(it, handle);
+    else if (post) caf::anon_send(handle, tr_drain_atom::value);
     return std::nullopt;
   }
   /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
@@ -210,6 +218,8 @@ struct Host : InlineRunner {
   /// else waits for the actor (an exit) and comes back.
   void drain(caf::event_based_actor* self, bool from_post);
   bool run_inline(uint64_t id) override;
+  /// Runs `it` on this thread (running_ is set), then wakes the actor for what arrived meanwhile.
+  void run_here(Item& it, const caf::actor& handle);
   /// The handler of `method` (null: none), remembering the last one looked up.
   Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
     if (last_handler_ && method == last_method_) return last_handler_;
@@ -724,6 +734,21 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
     q_.give_back(chain);
     running_ = false;
   }
+}
+
+void Host::run_here(Item& it, const caf::actor& handle) {
+  {
+    InferenceMode mode(false);  // as on the actor's own threads
+    run(it);
+  }
+  bool post;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    running_ = false;
+    post = !q_.empty() && !posted_ && !closed_;
+    if (post) posted_ = true;
+  }
+  if (post) caf::anon_send(handle, tr_drain_atom::value);
 }
 
 bool Host::run_inline(uint64_t id) {
