@@ -75,6 +75,12 @@ class CallState {
     runner_ = std::move(runner);
     runner_id_ = id;
   }
+  /// Lets a waiter on this state run `from`'s request inline as a waiter on `from` would (then(): the
+  /// continuation of a request to an idle inline host then also runs on the waiting thread).
+  void inherit_inline(const CallState& from) {
+    runner_ = from.runner_;
+    runner_id_ = from.runner_id_;
+  }
   /// Runs the request on this thread when its actor allows it, is idle and has it first; else nothing.
   void try_inline() const {
     if (runner_id_ == 0) return;
@@ -167,6 +173,7 @@ class Future {
   auto then(F fn) const {
     using R = decltype(call(fn, std::declval<const detail::CallState&>()));
     auto next = std::make_shared<detail::CallState>(s_->what(), s_->deadline(), s_->timeout());
+    next->inherit_inline(*s_);
     detail::watch_deadline(s_);
     s_->on_done([s = s_, next, fn = std::move(fn)]() mutable {
       if (s->failed()) {

@@ -18,6 +18,9 @@ Pipeline::Pipeline(std::vector<RemoteModulePtr> stages, int chunks, Schedule sch
   if (stages_.empty()) throw std::invalid_argument("[Pipeline] no stages");
   for (size_t i = 0; i < stages_.size(); ++i)
     if (!stages_[i]) throw std::invalid_argument("[Pipeline] stage " + std::to_string(i) + " is null");
+    else if (stages_[i]->host_proxies().size() != 1)
+      throw std::invalid_argument("[Pipeline] stage " + std::to_string(i) + " is hosted by a group of ranks (replicated or "
+                                  "sharded): a stage must be hosted on one rank");
   if (chunks_ < 1) throw std::invalid_argument("[Pipeline] chunks must be at least 1, got " + std::to_string(chunks_));
 }
 

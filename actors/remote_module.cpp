@@ -511,8 +511,8 @@ struct RemoteCall {
 /// The node a forward through a proxy records: backward asks the host to run its part.
 struct RemoteCallNode : autograd::Node {
   std::shared_ptr<RemoteCall> call;
-  std::string what;
-  explicit RemoteCallNode(std::shared_ptr<RemoteCall> c, std::string w) : call(std::move(c)), what(std::move(w)) {}
+  std::shared_ptr<const std::string> what;  // the proxy's, made once (no text built per forward)
+  RemoteCallNode(std::shared_ptr<RemoteCall> c, std::shared_ptr<const std::string> w) : call(std::move(c)), what(std::move(w)) {}
   ~RemoteCallNode() override { teardown(); }
   std::string name() const override { return "RemoteModuleBackward"; }
   bool materializes_grads() const override { return false; }
@@ -521,16 +521,16 @@ struct RemoteCallNode : autograd::Node {
   autograd::variable_list apply(autograd::variable_list&& grads) override {
     if (!call) autograd::throw_backward_twice();
     if (autograd::GradMode::is_enabled())
-      throw ActorError("[actors] backward with create_graph=True through " + what + " is not supported");
+      throw ActorError("[actors] backward with create_graph=True through " + *what + " is not supported");
     List g;
     g.reserve(grads.size());
     for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
-    if (call->sup) call->sup->check_graph(call->gen, what);  // a restarted host lost the graph
+    if (call->sup) call->sup->check_graph(call->gen, *what);  // a restarted host lost the graph
     List r;
     try {
       r = call->host.request<List>("bwd", call->key, std::move(g)).get();
     } catch (const ActorError& e) {
-      if (call->sup && call->sup->recover(call->gen, e.what())) call->sup->check_graph(call->gen, what);
+      if (call->sup && call->sup->recover(call->gen, e.what())) call->sup->check_graph(call->gen, *what);
       throw;
     }
     autograd::variable_list out(num_outputs());
@@ -541,7 +541,7 @@ struct RemoteCallNode : autograd::Node {
 };
 
 nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
-                 const std::string& what, std::shared_ptr<detail::HostSupervisor> sup, uint64_t gen) {
+                 const std::shared_ptr<const std::string>& what, std::shared_ptr<detail::HostSupervisor> sup, uint64_t gen) {
   auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key, std::move(sup), gen), what);
   node->next_edges.reserve(inputs.size());
   for (const auto& t : inputs)
@@ -637,6 +637,7 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
 RemoteModule::RemoteModule(ActorRef host, std::string path, std::string class_name, int64_t caller_rank, bool training)
     : host_(std::move(host)), path_(std::move(path)), class_name_(std::move(class_name)), caller_rank_(caller_rank) {
   training_ = training;
+  what_ = std::make_shared<const std::string>(class_name_ + " `" + path_ + "` on rank " + std::to_string(host_.rank()));
 }
 
 ActorRef RemoteModule::host_actor() const { return sup_ ? sup_->current().first : host_; }
@@ -675,8 +676,10 @@ nn::ModulePtr RemoteModule::clone(const std::optional<Device>&) const {
 // ---- forward
 
 // One forward request: `hooks` runs the host's call() (its hooks), else forward_args. With grad mode on
-// the result gets its RemoteCallNode when it arrives.
-Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks) {
+// the result gets its RemoteCallNode when it arrives. With `result` (the synchronous calls) it waits here
+// and writes the output there, without a continuation (then() costs a second request state per call).
+Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks,
+                                             nn::Value* result) {
   const bool grad = autograd::GradMode::is_enabled();
   std::vector<Tensor> inputs = grad ? flat_tensors(args, kwargs) : std::vector<Tensor>{};
   List a;
@@ -686,22 +689,36 @@ Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwa
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
   const int64_t key = next_key();
   const int64_t flags = (grad ? 1 : 0) | (hooks ? 2 : 0);
-  auto [h, gen] = sup_ ? sup_->current() : std::pair<ActorRef, uint64_t>(host_, 0);
+  std::pair<ActorRef, uint64_t> cur = sup_ ? sup_->current() : std::pair<ActorRef, uint64_t>(host_, 0);
+  ActorRef h = cur.first;
+  const uint64_t gen = cur.second;
   auto f = h.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
-  std::string what = class_name_ + " `" + path_ + "` on rank " + std::to_string(h.rank());
-  return f.then([inputs = std::move(inputs), h = h, key, what, sup = sup_, gen = gen](List r) {
+  // a supervised host may have moved to another rank: its text is made per call; else once per proxy
+  auto what = sup_ ? std::make_shared<const std::string>(class_name_ + " `" + path_ + "` on rank " + std::to_string(h.rank()))
+                   : what_;
+  auto finish = [inputs = std::move(inputs), h, key, what, sup = sup_, gen](List r) {
     nn::Value out = from_value<nn::Value>(r.at(1));
     if (!r.at(0).as<bool>()) return out;
     return attach(std::move(out), inputs, h, key, what, sup, gen);
-  });
+  };
+  if (result) {
+    *result = finish(f.get());
+    return {};
+  }
+  return f.then(std::move(finish));
 }
 
 // A forward waited for here: a supervised host's failure is retried when the call records nothing
 // that training depends on (no_grad, or eval mode), else reported (supervisor.h).
 nn::Value RemoteModule::forward_now(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks) {
-  if (!sup_) return send_forward(args, kwargs, hooks).get();
+  auto once = [&] {
+    nn::Value out;
+    send_forward(args, kwargs, hooks, &out);  // waited for here: no continuation
+    return out;
+  };
+  if (!sup_) return once();
   const bool idempotent = !autograd::GradMode::is_enabled() || !training_;
-  return detail::supervised_call(sup_.get(), "fwd", path_, idempotent, [&] { return send_forward(args, kwargs, hooks).get(); });
+  return detail::supervised_call(sup_.get(), "fwd", path_, idempotent, once);
 }
 
 Future<nn::Value> RemoteModule::forward_async(nn::Args args, nn::Kwargs kwargs) { return send_forward(args, kwargs, true); }
@@ -941,12 +958,16 @@ DistributedOptimizer::DistributedOptimizer(const nn::ModulePtr& model, const opt
     : model_(model) {
   if (!model) throw ActorError("[actors] DistributedOptimizer: the model is null");
   detail::TreeSplit split = detail::split_tree(*model);
+  // a group placement (replicated / sharded) has one proxy per host: an optimizer on each
+  std::vector<std::pair<std::string, RemoteModule*>> hosts;
+  for (auto& [prefix, r] : split.hosts)
+    for (RemoteModule* h : r->host_proxies()) hosts.emplace_back(prefix, h);
   std::vector<Future<int64_t>> pending;
-  for (auto& [prefix, r] : split.hosts) pending.push_back(r->make_optimizer(options));
+  for (auto& [prefix, r] : hosts) pending.push_back(r->make_optimizer(options));
   bool supervised = false;
   for (size_t i = 0; i < pending.size(); ++i) {
-    RemoteModule* r = split.hosts[i].second;
-    Remote rm{r->host_actor(), pending[i].get(), r->supervisor(), 0, split.hosts[i].first, r->path(), Value()};
+    RemoteModule* r = hosts[i].second;
+    Remote rm{r->host_actor(), pending[i].get(), r->supervisor(), 0, hosts[i].first, r->path(), Value()};
     if (rm.sup) {
       supervised = true;
       rm.gen = rm.sup->generation();
@@ -1018,34 +1039,6 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
   }
 }
 
-// ------------------------------------------------------------------------------------------------
-// place()
-
-std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement) {
-  if (!model) throw ActorError("[actors] place(): the model is null");
-  for (const auto& [a, ra] : placement) {
-    if (a.empty()) throw ActorError("[actors] place(): the root itself cannot be placed (use actors::host)");
-    for (const auto& [b, rb] : placement)
-      if (a != b && b.compare(0, a.size() + 1, a + ".") == 0)
-        throw ActorError("[actors] place(): `" + b + "` lies inside `" + a + "`, which is placed as a whole");
-    if (ra < 0 || ra >= rt.size())
-      throw ActorError("[actors] place(): `" + a + "` -> rank " + std::to_string(ra) + ", but there are " +
-                       std::to_string(rt.size()) + " ranks");
-  }
-  std::map<std::string, RemoteModulePtr> out;
-  for (const auto& [path, rank] : placement) {
-    nn::ModulePtr child = model->get_submodule(path);  // PyTorch's error text for a bad path
-    if (child->is_remote()) throw ActorError("[actors] place(): `" + path + "` is already hosted");
-    auto dot = path.rfind('.');
-    nn::ModulePtr parent = dot == std::string::npos ? model : model->get_submodule(path.substr(0, dot));
-    std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
-    RemoteModulePtr proxy = host(rt, child, rank);
-    parent->register_module(name, proxy);
-    child->set_placed(proxy);
-    out[path] = proxy;
-  }
-  return out;
-}
+// place(): placement.cpp
 
 }  // namespace troupe::actors

@@ -92,15 +92,7 @@ RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List arg
 RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory = "",
                      List args = {}, std::string name = "");
 
-/// Where place() puts a subtree.
-struct Placement {
-  int rank = 0;
-};
-/// place(model, {{"encoder", 1}, {"decoder", 2}}): moves each subtree (by its path) to a host on its rank
-/// and registers the proxy in its place; a holder member of the parent (`encoder` in its forward) keeps
-/// working, since the moved module passes its calls to the proxy. Returns the proxies by path.
-std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement);
+// place() (a subtree to a rank, or replicated / sharded over a group of ranks): placement.h.
 
 /// A proxy of the module at `path` inside a host actor.
 class RemoteModule : public nn::Module {
@@ -184,6 +176,10 @@ class RemoteModule : public nn::Module {
   /// Frees what the host kept for `key`.
   void release_key(int64_t key);
 
+  /// The proxies of the hosts this proxy's calls reach (DistributedOptimizer builds an optimizer on
+  /// each): itself; every copy or shard of a RemoteGroupModule (placement.h).
+  virtual std::vector<RemoteModule*> host_proxies() { return {this}; }
+
   /// Asks the host to build an optimizer (by the options' class: SGD, Adam, AdamW, RMSprop) over this
   /// subtree's parameters; returns its id on the host (DistributedOptimizer uses it).
   Future<int64_t> make_optimizer(const optim::OptimizerOptions& options);
@@ -202,7 +198,7 @@ class RemoteModule : public nn::Module {
  private:
   template <class R = Value, class... A>
   R ask(const std::string& method, A&&... args) const;
-  Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
+  Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks, nn::Value* result = nullptr);
   nn::Value forward_now(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
   nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
                                bool always_call) ;
@@ -214,6 +210,7 @@ class RemoteModule : public nn::Module {
   int64_t caller_rank_;
   bool owner_ = false;
   std::shared_ptr<detail::HostSupervisor> sup_;
+  std::shared_ptr<const std::string> what_;  // "Linear `fc` on rank 1" (RemoteCallNode's errors)
 };
 
 /// torch.distributed.optim.DistributedOptimizer: one optimizer per host over the parameters it holds,

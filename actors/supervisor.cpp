@@ -2,6 +2,7 @@
 // kept, error texts), the host's checkpoint of its subtree, the supervised host()/place(), and
 // DistributedOptimizer's consistent cuts (checkpoint / restore / the optimizers' state by name).
 #include <troupe/actors/supervisor.h>
+#include <troupe/actors/placement.h>
 
 #include <algorithm>
 #include <cmath>
@@ -316,7 +317,8 @@ std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& m
     nn::ModulePtr child = model->get_submodule(path);
     if (!child->is_remote()) rebuild[path] = rebuild_of(rt, child, "", {});
   }
-  auto proxies = place(rt, model, placement);
+  const std::map<std::string, Placement> on_ranks(placement.begin(), placement.end());
+  auto proxies = place(rt, model, on_ranks);
   for (auto& [path, p] : proxies) supervise(rt, p, rebuild[path].first, rebuild[path].second, policy, path);
   return proxies;
 }
@@ -434,9 +436,23 @@ nn::StateDict indexed(const nn::StateDict& named, const std::vector<std::string>
 std::vector<std::string> host_param_names(const ActorRef& h, const std::string& path, const std::string& prefix) {
   return detail::state_dict_from(h.request<Value>("members", path, prefix, true, true, false).get()).keys();
 }
+
+// Whole-model checkpoints name optimizer state by parameter; a group placement (replicated / sharded)
+// has one optimizer per host under one path, over copies or shards: not named yet, so refused.
+void refuse_groups(const std::vector<std::string>& prefixes, const char* api) {
+  std::unordered_set<std::string> seen;
+  for (const auto& p : prefixes)
+    if (!seen.insert(p).second)
+      throw ActorError(std::string("[actors] ") + api + ": `" + p +
+                       "` is placed on a group (replicated / sharded); whole-model checkpoints of its optimizer "
+                       "state are not supported yet (save the model's state_dict alone)");
+}
 }  // namespace
 
 nn::StateDict DistributedOptimizer::named_state_dict() {
+  std::vector<std::string> prefixes;
+  for (const auto& r : remote_) prefixes.push_back(r.prefix);
+  refuse_groups(prefixes, "save_checkpoint");
   nn::StateDict out;
   bool groups = true;
   if (local_) {
@@ -452,6 +468,9 @@ nn::StateDict DistributedOptimizer::named_state_dict() {
 }
 
 void DistributedOptimizer::load_named_state_dict(const nn::StateDict& state, int64_t steps) {
+  std::vector<std::string> prefixes;
+  for (const auto& r : remote_) prefixes.push_back(r.prefix);
+  refuse_groups(prefixes, "load_checkpoint");
   if (local_) local_->load_state_dict(indexed(state, local_names_));
   for (auto& r : remote_) {
     ActorRef h = r.target();

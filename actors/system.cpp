@@ -22,6 +22,7 @@
 #include <troupe/actors/auth.h>
 #include <troupe/actors/internal/caf_types.h>
 #include <troupe/actors/internal/gate.h>
+#include <troupe/actors/internal/groups.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
 #include <troupe/actors/wire.h>
@@ -251,18 +252,26 @@ struct Host : InlineRunner {
   caf::actor_addr addr;
   bool inline_ok = false;
 
-  /// Queues `it`, waking the actor when it is idle; the reason it ended instead when it has.
+  /// Queues `it`, waking the actor when it is idle; the reason it ended instead when it has. A one-way
+  /// message to an idle actor that allows inline requests, with nothing queued, runs on this thread
+  /// instead (as a waiter runs a request: RemoteModule's "rel" then wakes no thread).
   std::optional<std::string> push(Item&& it, const caf::actor& handle) {
-    bool post;
+    bool post = false, here = false;
     {
       std::lock_guard<SpinLock> g(mu_);
       if (closed_) return closed_reason_;
-      q_.push(std::move(it));
-      count_pushed();
-      post = !running_ && !posted_;
-      if (post) posted_ = true;
+      here = inline_ok && !it.state && !it.exit && !it.reply_to && it.lane_from < 0 && !running_ && !posted_ && q_.empty();
+      if (here) {
+        running_ = true;
+      } else {
+        q_.push(std::move(it));
+        count_pushed();
+        post = !running_ && !posted_;
+        if (post) posted_ = true;
+      }
     }
-    if (post) caf::anon_send(handle, tr_drain_atom::value);
+    if (here) run_here(it, handle);
+    else if (post) caf::anon_send(handle, tr_drain_atom::value);
     return std::nullopt;
   }
   /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
@@ -280,6 +289,8 @@ struct Host : InlineRunner {
   /// else waits for the actor (an exit) and comes back.
   void drain(caf::event_based_actor* self, bool from_post);
   bool run_inline(uint64_t id, const CallState& waiting) override;
+  /// Runs `it` on this thread (running_ is set), then wakes the actor for what arrived meanwhile.
+  void run_here(Item& it, const caf::actor& handle);
   /// The handler of `method` (null: none), remembering the last one looked up.
   Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
     if (last_handler_ && method == last_method_) return last_handler_;
@@ -1231,6 +1242,21 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
   }
 }
 
+void Host::run_here(Item& it, const caf::actor& handle) {
+  {
+    InferenceMode mode(false);  // as on the actor's own threads
+    run(it);
+  }
+  bool post;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    running_ = false;
+    post = !q_.empty() && !posted_ && !closed_;
+    if (post) posted_ = true;
+  }
+  if (post) caf::anon_send(handle, tr_drain_atom::value);
+}
+
 bool Host::run_inline(uint64_t id, const CallState&) {
   if (!inline_ok) return false;
   // The request and the few queued before it (a one-way message such as RemoteModule's "rel") run here,
@@ -1556,6 +1582,16 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       lane = comm::make_message_lane(world);  // collective; null when the world is not MPI's
 #endif
     }
+    // place()'s groups (replicated / sharded) are sub-groups of a group of every rank of their own
+    // (placement.cpp), so that making one queues behind nothing else.
+    {
+      std::vector<int> all(size);
+      for (int j = 0; j < size; ++j) all[j] = j;
+      comm::GroupOptions o;
+      o.name = "actors-groups";
+      o.timeout = default_timeout();
+      detail::groups_world() = world->new_group(all, o);
+    }
     // Rank r connects to every lower rank and says hello (so both sides know each other's service and
     // router).
     for (int j = 0; j < rank; ++j) {
@@ -1581,6 +1617,7 @@ void stop() {
   }
   if (s) s->stop();
   detail::g_data_plane.group.reset();
+  detail::groups_world().reset();
 }
 
 bool running() { return detail::current() != nullptr; }

@@ -60,6 +60,28 @@ struct NetImpl : nn::Module {
 };
 TROUPE_MODULE(Net);
 
+/// enc -> mid with a skip connection around it -> dec -> head, each subtree called once per forward (a
+/// replicated or sharded subtree runs once per backward, as under DDP).
+struct GroupNetImpl : nn::Module {
+  Block enc;
+  Mid mid;
+  Block dec;
+  nn::Linear head{nullptr};
+  GroupNetImpl() {
+    register_module("enc", enc.ptr());
+    register_module("mid", mid.ptr());
+    register_module("dec", dec.ptr());
+    head = register_module("head", nn::Linear(4, 2));
+    head->to(kFloat64);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = enc(x);
+    Tensor z = mid(h) + h;
+    return head(dec(z));
+  }
+};
+TROUPE_MODULE(GroupNet);
+
 /// Counts forward-hook calls in this process (the host's process runs the hook).
 inline std::atomic<int>& forward_hook_calls() {
   static std::atomic<int> n{0};
