@@ -7,6 +7,7 @@
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
 
+#include <troupe/tools/cli.h>
 #include <troupe/comm/mpi.h>
 #include <troupe/tensor/ops.h>
 
@@ -39,7 +40,15 @@ double time_loop(int iters, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --quick and launch's flags (tools/cli.h); Google Benchmark's --benchmark_* (scripts/bench.sh passes
+  // them to every bench) are ignored
+  bool quick = false;
+  troupe::cli::App app("comm_bench", "A benchmark against its peer (bench/README.md).");
+  app.add_flag("--quick", quick, "few short samples");
+  app.allow_extras();
+  troupe::cli::parse(app, argc, argv);
+  for (const auto& extra : app.remaining())
+    if (extra.rfind("--benchmark_", 0) != 0) troupe::cli::fail(app, "The following argument was not expected: " + extra);
   auto pg = comm::make_mpi_world();  // initialises MPI (MPI_THREAD_MULTIPLE)
   int n = pg->size(), me = pg->rank();
   if (n < 2) {

@@ -5,8 +5,8 @@
 #   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
 #                TROUPE_SANITIZE_SUITES (default "tensor nn optim data util"),
 #                ctest -L <suite> for each
-#   --tsan:      build-tsan/ (ThreadSanitizer on comm, parallel, actors, launch at -O1, the layers below
-#                plain at -O0; CPU only): the suites named by TROUPE_TSAN_SUITES (default "comm actors"),
+#   --tsan:      build-tsan/ (ThreadSanitizer on every layer; comm, parallel, actors, launch at -O1,
+#                the layers below at -O0; CPU only): the suites named by TROUPE_TSAN_SUITES (default "comm actors"),
 #                their single-process tests only (ctest -L <suite> -E mpi:
 #                TSan cannot follow Open MPI's shared-memory transport); suppressions in tests/tsan.supp
 set -euo pipefail
