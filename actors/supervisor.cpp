@@ -317,8 +317,7 @@ std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& m
     nn::ModulePtr child = model->get_submodule(path);
     if (!child->is_remote()) rebuild[path] = rebuild_of(rt, child, "", {});
   }
-  const std::map<std::string, Placement> on_ranks(placement.begin(), placement.end());
-  auto proxies = place(rt, model, on_ranks);
+  auto proxies = place(rt, model, placement);
   for (auto& [path, p] : proxies) supervise(rt, p, rebuild[path].first, rebuild[path].second, policy, path);
   return proxies;
 }

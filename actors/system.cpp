@@ -1391,6 +1391,8 @@ std::chrono::milliseconds ActorRef::timeout() const {
   return timeout_.count() > 0 ? timeout_ : default_timeout();
 }
 ActorRef ActorRef::with_timeout(std::chrono::milliseconds t) const {
+  if (t.count() <= 0)
+    throw ActorError("[ActorRef::with_timeout] timeout must be positive, got " + std::to_string(t.count()) + " ms");
   ActorRef r = *this;
   r.timeout_ = t;
   return r;
@@ -1437,6 +1439,10 @@ std::string Runtime::endpoint(int rank) const {
 std::pair<int64_t, int64_t> Runtime::gate_counts() const { return sys_->gate_counts(); }
 
 Future<ActorRef> Runtime::spawn_on_async(int rank, const std::string& name, const std::string& factory, List args) {
+  if (rank < 0 || rank >= size_) {
+    throw ActorError("[actors] spawn_on(" + std::to_string(rank) + ", '" + name + "', '" + factory + "'): rank " +
+                     std::to_string(rank) + " does not exist (the world has " + std::to_string(size_) + " ranks)");
+  }
   return service(rank).request<ActorRef>("spawn", name, factory, std::move(args));
 }
 

@@ -48,7 +48,11 @@ std::atomic<int64_t> g_timeout_ms{timeout_from_env().count()};
 }  // namespace
 
 std::chrono::milliseconds default_timeout() { return std::chrono::milliseconds(g_timeout_ms.load()); }
-void set_default_timeout(std::chrono::milliseconds t) { g_timeout_ms.store(t.count()); }
+void set_default_timeout(std::chrono::milliseconds t) {
+  if (t.count() <= 0)
+    throw ActorError("[actors::set_default_timeout] timeout must be positive, got " + std::to_string(t.count()) + " ms");
+  g_timeout_ms.store(t.count());
+}
 
 // ---- CallState
 

@@ -53,7 +53,7 @@ class ActorRef {
   std::string str() const;
   /// How long requests through this handle wait (the default: default_timeout()).
   std::chrono::milliseconds timeout() const;
-  /// A copy whose requests wait at most `t`.
+  /// A copy whose requests wait at most `t` (> 0; ActorError otherwise).
   ActorRef with_timeout(std::chrono::milliseconds t) const;
 
   /// Asks the actor to run `method(args...)`; the Future yields its result as R (void: none).
@@ -247,7 +247,7 @@ T from_value(const Value& v) {
 
 /// How long a request waits before it fails: TROUPE_ACTOR_TIMEOUT (seconds) when set, else 60 s.
 std::chrono::milliseconds default_timeout();
-/// Sets default_timeout() for the process.
+/// Sets default_timeout() for the process (`t` > 0; ActorError otherwise).
 void set_default_timeout(std::chrono::milliseconds t);
 
 }  // namespace troupe::actors

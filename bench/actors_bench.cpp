@@ -22,6 +22,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <troupe/tools/cli.h>
 #include <troupe/actors/actors.h>
 #include <troupe/launch/launch.h>
 #include <troupe/tensor/ops.h>
@@ -270,7 +271,15 @@ void two_processes() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) g_quick |= std::strcmp(argv[i], "--quick") == 0;
+  // --quick and launch's flags (tools/cli.h); Google Benchmark's --benchmark_* (scripts/bench.sh passes
+  // them to every bench) are ignored
+  troupe::cli::App app("actors_bench", "A benchmark against its peer (bench/README.md).");
+  app.add_flag("--quick", g_quick, "few short samples");
+  troupe::cli::add_launch_flags(app);
+  app.allow_extras();
+  troupe::cli::parse(app, argc, argv);
+  for (const auto& extra : app.remaining())
+    if (extra.rfind("--benchmark_", 0) != 0) troupe::cli::fail(app, "The following argument was not expected: " + extra);
   actors::register_actor<Sink>("Sink");
   if (std::getenv("OMPI_COMM_WORLD_SIZE")) two_processes();
   else single_process();

@@ -8,6 +8,7 @@
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
 
+#include <troupe/tools/cli.h>
 #include <troupe/comm/mpi.h>
 #include <troupe/tensor/ops.h>
 
@@ -85,15 +86,16 @@ int threshold_sweep(const comm::ProcessGroupPtr& pg, bool quick) {
 }
 
 int main(int argc, char** argv) {
+  // --quick, --threshold and launch's flags (tools/cli.h); Google Benchmark's --benchmark_* (scripts/bench.sh
+  // passes them to every bench) are ignored
   bool quick = false, threshold = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strcmp(argv[i], "--threshold") == 0) threshold = true;
-    else {
-      std::fprintf(stderr, "comm_bench: unknown flag '%s' (flags: --quick, --threshold)\n", argv[i]);
-      return 2;
-    }
-  }
+  troupe::cli::App app("comm_bench", "A benchmark against its peer (bench/README.md).");
+  app.add_flag("--quick", quick, "few short samples");
+  app.add_flag("--threshold", threshold, "the small all-reduce algorithm against MPI_Iallreduce by size");
+  app.allow_extras();
+  troupe::cli::parse(app, argc, argv);
+  for (const auto& extra : app.remaining())
+    if (extra.rfind("--benchmark_", 0) != 0) troupe::cli::fail(app, "The following argument was not expected: " + extra);
   auto pg = comm::make_mpi_world();  // initialises MPI (MPI_THREAD_MULTIPLE)
   int n = pg->size(), me = pg->rank();
   if (n < 2) {

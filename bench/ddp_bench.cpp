@@ -442,21 +442,13 @@ int bench(launch::Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --ranks N / --ranks=N and --loss=... are ours or launch's; the rest goes to the harness's parser.
-  std::vector<char*> rest{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--ranks") == 0) {
-      ++i;
-    } else if (std::strncmp(argv[i], "--ranks=", 8) == 0) {
-    } else if (std::strcmp(argv[i], "--loss=mse") == 0) {
-      use_mse = true;
-    } else if (std::strcmp(argv[i], "--loss=ce") == 0) {
-      use_mse = false;
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
-  if (int rc = parse_args(static_cast<int>(rest.size()), rest.data(), "ddp_bench"); rc >= 0) return rc;
+  // --ranks N and --loss are ours or launch's; the harness's flags come with them.
+  std::string loss = "ce";
+  parse_args(argc, argv, "ddp_bench", [&](troupe::cli::App& app) {
+    troupe::cli::add_launch_flags(app);
+    app.add_option("--loss", loss, "ce or mse")->check(CLI::IsMember({"ce", "mse"}));
+  });
+  use_mse = loss == "mse";
   if (!cfg.quick && cfg.samples == 15) cfg.samples = 9;
   return launch::run(argc, argv, [](launch::Context& ctx) { return bench(ctx); });
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <troupe/tools/cli.h>
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -183,27 +185,26 @@ std::string loadavg() {
 }
 
 // ------------------------------------------------------------------------------------- main helpers
-// Parses the flags every bench takes: --quick (few short samples), --strict (exit 1 on a missed
-// target), --threads=N, --samples=N, --filter=SUBSTR; Google Benchmark's --benchmark_* flags are
-// ignored so that scripts/bench.sh can pass them to every bench. Returns -1 to go on, or the exit
-// status for main (0 after --help, 2 after an unknown flag).
-[[maybe_unused]] int parse_args(int argc, char** argv, const char* prog) {
-  int samples = -1;
+// Parses the flags every bench takes (tools/cli.h): --quick (few short samples), --strict (exit 1 on a
+// missed target), --threads=N, --samples=N, --filter=SUBSTR; `extra` declares a bench's own. Google
+// Benchmark's --benchmark_* flags are ignored so that scripts/bench.sh can pass them to every bench.
+// Returns -1 to go on; --help exits 0, a bad flag exits 2 with one line.
+[[maybe_unused]] int parse_args(int argc, char** argv, const char* prog,
+                                const std::function<void(troupe::cli::App&)>& extra = {}) {
+  std::vector<char*> kept{argv[0]};
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") cfg.quick = true;
-    else if (a == "--strict") cfg.strict = true;
-    else if (a.rfind("--threads=", 0) == 0) cfg.threads = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--samples=", 0) == 0) samples = std::atoi(a.c_str() + 10);
-    else if (a.rfind("--filter=", 0) == 0) cfg.filter = a.substr(9);
-    else if (a.rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "%s: ignoring %s\n", prog, a.c_str());
-    else {
-      const bool help = a == "-h" || a == "--help";
-      if (!help) std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
-      std::printf("usage: %s [--quick] [--strict] [--threads=N] [--samples=N] [--filter=SUBSTR]\n", prog);
-      return help ? 0 : 2;
-    }
+    if (std::string(argv[i]).rfind("--benchmark_", 0) == 0) std::fprintf(stderr, "%s: ignoring %s\n", prog, argv[i]);
+    else kept.push_back(argv[i]);
   }
+  int samples = -1;
+  troupe::cli::App app(prog, "A benchmark against its peer (bench/README.md).");
+  app.add_flag("--quick", cfg.quick, "few short samples");
+  app.add_flag("--strict", cfg.strict, "exit 1 when a target is missed");
+  app.add_option("--threads", cfg.threads, "threads of the CPU kernels")->check(troupe::cli::Positive);
+  app.add_option("--samples", samples, "samples per case")->check(troupe::cli::Positive);
+  app.add_option("--filter", cfg.filter, "only cases whose name contains this");
+  if (extra) extra(app);
+  troupe::cli::parse(app, static_cast<int>(kept.size()), kept.data());
   if (cfg.quick) {
     cfg.samples = 3;
     cfg.sample_ms = 5;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <troupe/tools/cli.h>
 #include <troupe/actors/actors.h>
 #include <troupe/launch/launch.h>
 #include <troupe/nn/nn.h>
@@ -77,8 +78,15 @@ void drive(launch::Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+  // --quick and launch's flags (tools/cli.h); Google Benchmark's --benchmark_* (scripts/bench.sh passes
+  // them to every bench) are ignored
+  troupe::cli::App app("pipeline_bench", "A benchmark against its peer (bench/README.md).");
+  app.add_flag("--quick", g_quick, "few short samples");
+  troupe::cli::add_launch_flags(app);
+  app.allow_extras();
+  troupe::cli::parse(app, argc, argv);
+  for (const auto& extra : app.remaining())
+    if (extra.rfind("--benchmark_", 0) != 0) troupe::cli::fail(app, "The following argument was not expected: " + extra);
   set_num_threads(1);
   if (openblas_set_num_threads) openblas_set_num_threads(1);
   actors::register_module_factory("PipeStage", [](const actors::List&) { return make_stage(); });

@@ -123,12 +123,22 @@ WorkPtr ProcessGroup::recv_async(Tensor& tensor, int src, int tag) {
 
 WorkPtr ProcessGroup::barrier_async() { return counted(9, 0, do_barrier()); }
 
+namespace {
+// A sub-group's own timeout must be positive (as make_local_groups' and the world's).
+void check_group_timeout(const std::string& where, const std::optional<GroupOptions>& options) {
+  if (options && options->timeout.count() <= 0)
+    throw CommError(where + ": timeout must be positive, got " + std::to_string(options->timeout.count()) + " ms");
+}
+}  // namespace
+
 ProcessGroupPtr ProcessGroup::new_group(const std::vector<int>& ranks, std::optional<GroupOptions> options) {
   auto g = detail::new_group_split(where("new_group"), ranks, rank(), size());
+  check_group_timeout(where("new_group"), options);
   return do_new_group(ranks, g.color, g.key, g.check, std::move(options));
 }
 
 ProcessGroupPtr ProcessGroup::split(int color, int key, std::optional<GroupOptions> options) {
+  check_group_timeout(where("split"), options);
   return do_split(color < 0 ? -1 : color, key, std::move(options));
 }
 

@@ -33,6 +33,8 @@ class TimedWork final : public Work {
     return done;
   }
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    if (timeout && timeout->count() < 0)
+      throw CommError("[Work::wait] timeout must not be negative, got " + std::to_string(timeout->count()) + " ms");
     inner_->wait(timeout);
     note();
   }

@@ -6,6 +6,7 @@
 #include <troupe/actors/actors.h>
 #include <troupe/launch/launch.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tools/cli.h>
 
 using namespace troupe;
 
@@ -19,6 +20,9 @@ struct Counter : actors::Actor {
 };
 
 int main(int argc, char** argv) {
+  cli::App app("actor_counter", "An actor on another rank, found by name and called from every rank.");
+  cli::add_launch_flags(app);
+  cli::parse(app, argc, argv);
   actors::register_actor<Counter>("Counter");  // on every rank, before any spawn_on
   return launch::run(argc, argv, [](launch::Context& ctx) {
     auto& rt = ctx.actors();

@@ -8,6 +8,7 @@
 //                        [--metrics DIR|none] [--stop-file PATH]
 // --stop-file: end after the epoch during which PATH appeared (tests stop the run when they are done).
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,32 +27,15 @@ struct Config {
   std::string stop_file;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "actor_dashboard: %s\nusage: actor_dashboard [--ranks N] [--dashboard PORT|ADDR:PORT] [--epochs N] "
-               "[--lr LR]\n                       [--metrics DIR|none] [--stop-file PATH]\n",
-               why.c_str());
-  std::exit(2);
-}
-
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--ranks" || a == "--dashboard") value();  // launch::run's
-    else if (a.rfind("--ranks=", 0) == 0 || a.rfind("--dashboard=", 0) == 0) continue;
-    else if (a == "--epochs") c.epochs = std::atoi(value().c_str());
-    else if (a == "--lr") c.lr = std::atof(value().c_str());
-    else if (a == "--metrics") c.metrics = value();
-    else if (a == "--stop-file") c.stop_file = value();
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown argument " + a);
-  }
-  if (c.epochs < 1) usage("--epochs must be positive, got " + std::to_string(c.epochs));
+  cli::App app("actor_dashboard", "A hosted hidden layer and a Tally actor to watch on the live page.");
+  cli::add_launch_flags(app);
+  app.add_option("--epochs", c.epochs, "epochs")->check(cli::Positive);
+  app.add_option("--lr", c.lr, "SGD learning rate")->check(cli::Positive);
+  app.add_option("--metrics", c.metrics, "log directory, or none");
+  app.add_option("--stop-file", c.stop_file, "end after the epoch during which this file appeared");
+  cli::parse(app, argc, argv);
   return c;
 }
 
@@ -159,11 +143,9 @@ int train(const Config& cfg, launch::Context& ctx) {
 int main(int argc, char** argv) {
   actors::register_actor<Tally>("Tally");
   actors::register_module<nn::LinearImpl, int64_t, int64_t>("Linear");
-  const Config cfg = parse(argc, argv);
-  try {
+  const Config cfg = parse(argc, argv);  // a bad flag: one line, exit 2
+  // a failure of the run (the dashboard's port taken, a missing dataset): one line, exit 1
+  return cli::run_main("actor_dashboard", [&] {
     return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
-  } catch (const std::exception& e) {  // a bad --dashboard (port taken, not a port), a missing dataset
-    std::fprintf(stderr, "actor_dashboard: %s\n", e.what());
-    return 1;
-  }
+  });
 }

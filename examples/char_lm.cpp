@@ -4,6 +4,7 @@
 //   Usage: char_lm [--steps N] [--target LOSS] [--text PATH] [--ranks N]   (exit 1 when the last 50
 //   steps' mean cross-entropy stays above LOSS)
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 #include <cmath>
 #include <cstdio>
@@ -35,12 +36,21 @@ int main(int argc, char** argv) {
   int steps = 1000;
   double target = 0;
   std::string path = "/usr/share/common-licenses/GPL-3";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--target") target = std::atof(argv[i + 1]);
-    else if (a == "--text") path = argv[i + 1];
-  }
+  cli::App app("char_lm", "A character-level LSTM language model trained on a text file.");
+  cli::add_launch_flags(app);
+  app.add_option("--steps", steps, "Adam steps")->check(cli::Positive);
+  app.add_option("--target", target, "exit 1 when the last 50 steps' mean loss stays above this")
+      ->check(cli::NonNegative);
+  app.add_option("--text", path, "text to learn (at least 66 bytes)")
+      ->check(cli::ReadableFile)
+      ->check(CLI::Validator(
+          [](std::string& p) -> std::string {  // windows of 64 + 1 characters are drawn from it
+            std::ifstream f(p, std::ios::binary | std::ios::ate);
+            const auto n = static_cast<long long>(f.tellg());
+            return n >= 66 ? "" : p + " holds " + std::to_string(n) + " bytes; windows of 65 need at least 66";
+          },
+          "FILE"));
+  cli::parse(app, argc, argv);
   int rc = 0;
   launch::run(argc, argv, [&](launch::Context& ctx) {
   std::ifstream in(path);

@@ -23,6 +23,8 @@
 #include <optional>
 #include <string>
 
+#include <troupe/tools/cli.h>
+
 #include "digits_models.h"
 
 using namespace troupe;
@@ -40,38 +42,21 @@ struct Config {
   std::string metrics;  // log directory ("none": off)
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "ddp_digits: %s\nusage: ddp_digits [--ranks N] [--dashboard PORT] [--model mlp|conv] [--epochs N]\n"
-               "                  [--batch-size B] [--lr LR] [--seed S] [--data PATH] [--min-accuracy A]\n"
-               "                  [--metrics DIR|none]\n",
-               why);
-  std::exit(2);
-}
-
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--ranks" || a == "--dashboard") value();  // launch::run's
-    else if (a.rfind("--ranks=", 0) == 0 || a.rfind("--dashboard=", 0) == 0) continue;
-    else if (a == "--model") c.model = value();
-    else if (a == "--epochs") c.epochs = std::atoi(value().c_str());
-    else if (a == "--batch-size") c.batch_size = std::atoll(value().c_str());
-    else if (a == "--lr") c.lr = std::atof(value().c_str());
-    else if (a == "--seed") c.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--data") c.data = value();
-    else if (a == "--min-accuracy") c.min_accuracy = std::atof(value().c_str());
-    else if (a == "--metrics") c.metrics = value();
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage(("unknown argument " + a).c_str());
-  }
-  if (c.model != "mlp" && c.model != "conv") usage(("--model must be mlp or conv, got " + c.model).c_str());
-  if (c.epochs < 1 || c.batch_size < 1) usage("--epochs and --batch-size must be positive");
+  cli::App app("ddp_digits", "The digits classifier trained data-parallel (DistributedDataParallel).");
+  cli::add_launch_flags(app);
+  app.add_option("--model", c.model, "mlp or conv")->check(CLI::IsMember({"mlp", "conv"}));
+  app.add_option("--epochs", c.epochs, "epochs")->check(cli::Positive);
+  app.add_option("--batch-size", c.batch_size, "images per batch and rank")->check(cli::Positive);
+  app.add_option("--lr", c.lr, "SGD learning rate")->check(cli::Positive);
+  app.add_option("--seed", c.seed, "seed")->check(cli::NonNegative);
+  app.add_option("--data", c.data, "digits file (default: the shipped one)")
+      ->check(cli::ReadableFile)
+      ->check(cli::Decodes([](const std::string& p) { (void)data::Digits::load(p); }));
+  app.add_option("--min-accuracy", c.min_accuracy, "exit 1 below this held-out accuracy")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--metrics", c.metrics, "log directory, or none (default runs/ddp_digits_<model>)");
+  cli::parse(app, argc, argv);
   if (c.metrics.empty()) c.metrics = "runs/ddp_digits_" + c.model;
   return c;
 }
@@ -221,12 +206,11 @@ int train(const Config& cfg, launch::Context& ctx) {
 
 }  // namespace
 
+// A bad flag: one line and exit 2 (cli::parse); the first rank's error (an unwritable --metrics
+// directory, ...): one line and exit 1.
 int main(int argc, char** argv) {
   const Config cfg = parse(argc, argv);
-  try {
+  return cli::run_main("ddp_digits", [&] {
     return launch::run(argc, argv, [&](launch::Context& ctx) { return train(cfg, ctx); });
-  } catch (const std::exception& e) {  // the first rank's error (an unwritable --metrics directory, ...)
-    std::fprintf(stderr, "ddp_digits: %s\n", e.what());
-    return 1;
-  }
+  });
 }

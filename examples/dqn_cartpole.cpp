@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 using namespace troupe;
 
@@ -48,16 +49,16 @@ struct Config {
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--frames")) c.max_frames = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seed")) c.seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--target")) c.target_return = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--metrics")) c.metrics_dir = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--kill-collector")) c.kill_collector = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--ranks")) continue;  // launch's
-    else throw std::invalid_argument("usage: dqn_cartpole [--frames N] [--seed S] [--target R] [--metrics DIR|none] "
-                                     "[--ranks N] [--kill-collector B]");
-  }
+  cli::App app("dqn_cartpole", "DQN on CartPole-v1, alone or on actors over several ranks.");
+  cli::add_launch_flags(app);
+  app.add_option("--frames", c.max_frames, "stop after this many frames")->check(cli::Positive);
+  app.add_option("--seed", c.seed, "seed")->check(cli::NonNegative);
+  app.add_option("--target", c.target_return, "stop at this mean return of the last 100 episodes")
+      ->check(cli::Positive);
+  app.add_option("--metrics", c.metrics_dir, "log directory, or none");
+  app.add_option("--kill-collector", c.kill_collector, "stop collector worker 0 after B batches (it must come back)")
+      ->check(cli::Positive);
+  cli::parse(app, argc, argv);
   return c;
 }
 
@@ -263,11 +264,12 @@ int run_actors(launch::Context& ctx, const Config& cfg) {
   return solved ? 0 : 1;
 }
 
-// A bad flag value (an unwritable --metrics directory) ends the program with one line.
+// A bad flag ends the program with one line and exit 2, a failure of the run (an unwritable --metrics
+// directory) with one line and exit 1.
 int main(int argc, char** argv) {
   actors::register_module<QNet>("QNet");  // every rank: the workers and the averager build it by name
+  const Config cfg = parse(argc, argv);
   try {
-    const Config cfg = parse(argc, argv);
     int rc = 0;
     launch::run(argc, argv, [&](launch::Context& ctx) {
       if (ctx.size == 1) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 using namespace troupe;
 
@@ -49,8 +50,10 @@ TROUPE_MODULE(Classifier);
 
 int main(int argc, char** argv) {
   int epochs = 6;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
+  cli::App app("model_parallel", "The digits MLP with its encoder and head hosted on other ranks.");
+  cli::add_launch_flags(app);
+  app.add_option("--epochs", epochs, "epochs")->check(cli::Positive);
+  cli::parse(app, argc, argv);
   // Every rank registers the classes it may be asked to host (the same binary runs everywhere).
   actors::register_module<Encoder>("Encoder");
   actors::register_module<Head>("Head");

@@ -2,6 +2,7 @@
 // SGD (under a progress bar, the loss logged by step), and a checkpoint round trip through safetensors.
 // Usage: module_tour [steps (default 500)] [--metrics DIR|none (default runs/module_tour)]
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -27,10 +28,10 @@ TROUPE_MODULE(Net);
 int run(int argc, char** argv) {
   int steps = 500;
   std::string metrics_dir = "runs/module_tour";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--metrics" && i + 1 < argc) metrics_dir = argv[++i];
-    else steps = std::atoi(argv[i]);
-  }
+  troupe::cli::App app("module_tour", "A tour of troupe::nn: a small classifier, a hook, a safetensors round trip.");
+  app.add_option("steps", steps, "steps (default 500)")->check(troupe::cli::Positive);
+  app.add_option("--metrics", metrics_dir, "log directory, or none");
+  troupe::cli::parse(app, argc, argv);
   std::optional<metrics::SummaryWriter> writer;
   if (metrics_dir != "none") writer.emplace(metrics_dir);
   manual_seed(0);
@@ -79,12 +80,8 @@ int run(int argc, char** argv) {
   return same && accuracy.item<float>() > 0.8f ? 0 : 1;
 }
 
-// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+// A bad flag ends the program with one line and exit 2, a failure of the run (an unwritable --metrics
+// directory) with one line and exit 1.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "module_tour: %s\n", e.what());
-    return 1;
-  }
+  return troupe::cli::run_main("module_tour", [&] { return run(argc, argv); });
 }

@@ -19,6 +19,8 @@
 #include <optional>
 #include <string>
 
+#include <troupe/tools/cli.h>
+
 #include "digits_models.h"
 
 using namespace troupe;
@@ -46,31 +48,20 @@ int run(int argc, char** argv) {
   double lr = 0.05, swa_lr = 0.01, min_accuracy = 0.9;
   uint64_t seed = 0;
   std::string data_path, metrics_dir = "runs/swa";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "swa: missing value after %s\n", a.c_str());
-      return 2;
-    }
-    std::string v = argv[++i];
-    if (a == "--epochs") epochs = std::atoi(v.c_str());
-    else if (a == "--swa-start") swa_start = std::atoi(v.c_str());
-    else if (a == "--swa-lr") swa_lr = std::atof(v.c_str());
-    else if (a == "--ema-start") ema_start = std::atoi(v.c_str());
-    else if (a == "--seed") seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--data") data_path = v;
-    else if (a == "--min-accuracy") min_accuracy = std::atof(v.c_str());
-    else if (a == "--metrics") metrics_dir = v;
-    else {
-      std::fprintf(stderr, "swa: unknown argument %s\nusage: swa [--epochs N] [--swa-start S] [--swa-lr LR] "
-                           "[--ema-start E] [--seed S] [--data PATH] [--min-accuracy A] [--metrics DIR|none]\n", a.c_str());
-      return 2;
-    }
-  }
-  if (epochs < 1 || swa_start < 0 || swa_start >= epochs) {
-    std::fprintf(stderr, "swa: need 0 <= --swa-start < --epochs (got %d and %d)\n", swa_start, epochs);
-    return 2;
-  }
+  cli::App app("swa", "SWA and EMA averaged models on the 8x8 digits.");
+  app.add_option("--epochs", epochs, "epochs")->check(cli::Positive);
+  app.add_option("--swa-start", swa_start, "epoch the SWA phase starts (< --epochs)")->check(cli::NonNegative);
+  app.add_option("--swa-lr", swa_lr, "SWALR's learning rate")->check(cli::Positive);
+  app.add_option("--ema-start", ema_start, "epoch the EMA starts")->check(cli::NonNegative);
+  app.add_option("--seed", seed, "seed")->check(cli::NonNegative);
+  app.add_option("--data", data_path, "digits file (default: the shipped one)")
+      ->check(cli::ReadableFile)
+      ->check(cli::Decodes([](const std::string& p) { (void)data::Digits::load(p); }));
+  app.add_option("--min-accuracy", min_accuracy, "exit 1 below this held-out accuracy")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--metrics", metrics_dir, "log directory, or none");
+  cli::parse(app, argc, argv);
+  if (swa_start >= epochs)
+    cli::fail(app, "need --swa-start < --epochs (got " + std::to_string(swa_start) + " and " + std::to_string(epochs) + ")");
   manual_seed(seed);
 
   auto digits = data::Digits::load(data_path.empty() ? data::default_digits_path() : data_path);
@@ -150,12 +141,8 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+// A bad flag ends the program with one line and exit 2, a failure of the run (an unwritable --metrics
+// directory) with one line and exit 1.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "swa: %s\n", e.what());
-    return 1;
-  }
+  return cli::run_main("swa", [&] { return run(argc, argv); });
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 #include "digits_models.h"
 
@@ -33,10 +34,13 @@ double accuracy(nn::Module& model, data::DataLoader& loader) {
 
 int main(int argc, char** argv) {
   int epochs = 12, swa_start = 6;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--swa-start")) swa_start = std::atoi(argv[i + 1]);
-  }
+  cli::App app("swa_actor", "EMA and SWA averagers on another rank while rank 0 trains.");
+  cli::add_launch_flags(app);
+  app.add_option("--epochs", epochs, "epochs")->check(cli::Positive);
+  app.add_option("--swa-start", swa_start, "epoch the SWA averaging starts (< --epochs)")->check(cli::NonNegative);
+  cli::parse(app, argc, argv);
+  if (swa_start >= epochs)
+    cli::fail(app, "need --swa-start < --epochs (got " + std::to_string(swa_start) + " and " + std::to_string(epochs) + ")");
   actors::register_module_factory("DigitsMLP", [](const actors::List&) -> nn::ModulePtr { return digits::make_mlp().ptr(); });
   return launch::run(argc, argv, [&](launch::Context& ctx) {
     if (ctx.rank == 0) {

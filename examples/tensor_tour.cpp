@@ -2,6 +2,7 @@
 // using broadcasting, matmul, autograd and NoGradGuard, with a progress bar and the loss logged by step.
 // Usage: tensor_tour [steps (default 2000)] [--metrics DIR|none (default runs/tensor_tour)]
 #include <troupe/troupe.h>
+#include <troupe/tools/cli.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +16,10 @@ int run(int argc, char** argv) {
   using namespace troupe;
   int steps = 2000;
   std::string metrics_dir = "runs/tensor_tour";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--metrics" && i + 1 < argc) metrics_dir = argv[++i];
-    else steps = std::atoi(argv[i]);
-  }
+  troupe::cli::App app("tensor_tour", "A two-layer network fitted to sin(x) with troupe's tensors and autograd.");
+  app.add_option("steps", steps, "steps (default 2000)")->check(troupe::cli::Positive);
+  app.add_option("--metrics", metrics_dir, "log directory, or none");
+  troupe::cli::parse(app, argc, argv);
   std::optional<metrics::SummaryWriter> writer;
   if (metrics_dir != "none") writer.emplace(metrics_dir);
   metrics::ProgressBar bar(steps, metrics::ProgressOptions().desc("fit").unit("step"));
@@ -56,12 +57,8 @@ int run(int argc, char** argv) {
   return last < first ? 0 : 1;
 }
 
-// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+// A bad flag ends the program with one line and exit 2, a failure of the run (an unwritable --metrics
+// directory) with one line and exit 1.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tensor_tour: %s\n", e.what());
-    return 1;
-  }
+  return troupe::cli::run_main("tensor_tour", [&] { return run(argc, argv); });
 }

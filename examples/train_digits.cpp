@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 
+#include <troupe/tools/cli.h>
+
 #include "digits_models.h"
 
 using namespace troupe;
@@ -41,39 +43,23 @@ struct Config {
   std::string metrics;  // log directory; "" until parse() sets the default, "none": off
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "train_digits: %s\nusage: train_digits [--model mlp|conv] [--epochs N] [--batch-size B] [--lr LR]\n"
-               "                    [--seed S] [--checkpoint PATH] [--resume] [--data PATH] [--min-accuracy A]\n"
-               "                    [--stop-after K] [--metrics DIR|none]\n",
-               why);
-  std::exit(2);
-}
-
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--model") c.model = value();
-    else if (a == "--epochs") c.epochs = std::atoi(value().c_str());
-    else if (a == "--batch-size") c.batch_size = std::atoll(value().c_str());
-    else if (a == "--lr") c.lr = std::atof(value().c_str());
-    else if (a == "--seed") c.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--checkpoint") c.checkpoint = value();
-    else if (a == "--resume") c.resume = true;
-    else if (a == "--data") c.data = value();
-    else if (a == "--min-accuracy") c.min_accuracy = std::atof(value().c_str());
-    else if (a == "--stop-after") c.stop_after = std::atoi(value().c_str());
-    else if (a == "--metrics") c.metrics = value();
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage(("unknown argument " + a).c_str());
-  }
-  if (c.model != "mlp" && c.model != "conv") usage(("--model must be mlp or conv, got " + c.model).c_str());
-  if (c.epochs < 1 || c.batch_size < 1) usage("--epochs and --batch-size must be positive");
+  cli::App app("train_digits", "Trains a classifier on the 8x8 digits (datasets/digits).");
+  app.add_option("--model", c.model, "mlp or conv")->check(CLI::IsMember({"mlp", "conv"}));
+  app.add_option("--epochs", c.epochs, "epochs (the lr schedule spans them)")->check(cli::Positive);
+  app.add_option("--batch-size", c.batch_size, "images per batch")->check(cli::Positive);
+  app.add_option("--lr", c.lr, "SGD learning rate")->check(cli::Positive);
+  app.add_option("--seed", c.seed, "seed of the weights and the shuffling")->check(cli::NonNegative);
+  app.add_option("--checkpoint", c.checkpoint, "checkpoint file (written after every epoch)");
+  app.add_flag("--resume", c.resume, "continue from --checkpoint");
+  app.add_option("--data", c.data, "digits file (default: the shipped one)")
+      ->check(cli::ReadableFile)
+      ->check(cli::Decodes([](const std::string& p) { (void)data::Digits::load(p); }));
+  app.add_option("--min-accuracy", c.min_accuracy, "exit 1 below this held-out accuracy")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--stop-after", c.stop_after, "stop after epoch K as if interrupted")->check(cli::Positive);
+  app.add_option("--metrics", c.metrics, "log directory, or none (default runs/train_digits_<model>)");
+  cli::parse(app, argc, argv);
   if (c.metrics.empty()) c.metrics = "runs/train_digits_" + c.model;
   return c;
 }
@@ -135,7 +121,12 @@ int run(int argc, char** argv) {
 
   int start_epoch = 0;
   if (cfg.resume) {
-    nn::StateDict ckpt = nn::load_state_dict_file(cfg.checkpoint);
+    nn::StateDict ckpt;
+    try {
+      ckpt = nn::load_state_dict_file(cfg.checkpoint);
+    } catch (const std::exception& e) {
+      throw cli::BadInput(std::string("--resume: ") + e.what());
+    }
     model->load_state_dict(take(ckpt, "model."));
     optimizer.load_state_dict(take(ckpt, "optimizer."));
     scheduler.load_state_dict(take(ckpt, "scheduler."));
@@ -230,12 +221,8 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-// A bad flag value (an unwritable --metrics directory, a missing --data file) ends the program with one line.
+// A bad flag (a non-number, a missing or foreign --data file) ends the program with one line and exit 2,
+// a failure of the run (an unwritable --metrics directory) with one line and exit 1.
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_digits: %s\n", e.what());
-    return 1;
-  }
+  return cli::run_main("train_digits", [&] { return run(argc, argv); });
 }

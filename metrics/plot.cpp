@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 #include <unistd.h>
@@ -175,8 +176,11 @@ void panel(std::ostringstream& o, double x0, double y0, double w, double h, cons
     xs.push_back(by_wall ? &c.wall : &c.step);
     ys.push_back(&c.value);
   }
-  auto [xlo, xhi] = range(xs);
-  auto [ylo, yhi] = range(ys);
+  // plain variables, not structured bindings: the lambdas below capture them (clang < 16 cannot capture
+  // a structured binding, and scripts/fuzz.sh builds with clang-14)
+  double xlo, xhi, ylo, yhi;
+  std::tie(xlo, xhi) = range(xs);
+  std::tie(ylo, yhi) = range(ys);
   const auto xt = nice_ticks(xlo, xhi), yt = nice_ticks(ylo, yhi);
   xlo = std::min(xlo, xt.front());
   xhi = std::max(xhi, xt.back());

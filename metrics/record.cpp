@@ -176,7 +176,11 @@ Record parse_json(std::string_view line) {
     } else if (key == "wall_time") {
       r.wall_time = p.number_value(key);
     } else if (key == "rank") {
-      r.rank = static_cast<int>(p.number_value(key));
+      // checked before the cast: NaN or a value out of int's range would be undefined behaviour (found by
+      // scripts/fuzz.sh, tests/fuzz/corpus/metrics_jsonl/bad-rank-nan)
+      double v = p.number_value(key);
+      if (!(v >= 0 && v <= 2147483647.0) || v != std::floor(v)) p.fail("\"rank\" must be a non-negative integer");
+      r.rank = static_cast<int>(v);
     } else {
       p.skip_value();
     }

@@ -165,9 +165,10 @@ void ShardCore::load(const std::string& dir) {
   if (!ws) throw std::runtime_error(fn + " " + index_path + " has no " + kWorldSize + " entry");
   const int old_size = static_cast<int>(ws->to_vector<int64_t>().at(0));
   std::map<std::string, IndexEntry> idx;
-  for (const auto& [name, t] : index) {
+  for (const auto& kv : index) {
+    const std::string& name = kv.first;  // not a structured binding: the lambda below captures it (clang-14)
     if (name == kWorldSize) continue;
-    const auto v = t.to_vector<int64_t>();
+    const auto v = kv.second.to_vector<int64_t>();
     IndexEntry e;
     size_t p = 0;
     auto next = [&]() {

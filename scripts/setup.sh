@@ -4,6 +4,8 @@
 # libcpp-httplib-dev serves the live page (--dashboard), libjs-chart.js draws its curves (served from
 # /usr/share/javascript/chart.js at run time); chromium only loads that page in a test (it skips without).
 # iproute2 and nftables: tests/multihost makes its test hosts with `ip netns` and shapes a link with tc/nft.
+# libcli11-dev parses every program's command line (tools/cli.h); clang-14 and libclang-rt-14-dev build
+# the libFuzzer entry points (scripts/fuzz.sh).
 #   bash scripts/setup.sh                 libraries, tests
 #   bash scripts/setup.sh --with-torch    + libtorch-dev (benchmarks/demo compare against libtorch)
 #   bash scripts/setup.sh --with-browser  + chromium (scripts/test.sh: the dashboard's browser test)
@@ -32,6 +34,8 @@ packages=(
   python3-protobuf
   libcpp-httplib-dev libjs-chart.js
   iproute2 nftables
+  libcli11-dev
+  clang-14 libclang-rt-14-dev
 )
 if [[ $with_torch == 1 ]]; then
   packages+=(libtorch-dev)

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Configure, build and run the tests.
-#   bash scripts/test.sh [--sanitize] [-- <ctest args>]
+#   bash scripts/test.sh [--sanitize|--tsan] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
 #   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
 #                TROUPE_SANITIZE_SUITES (default "tensor nn optim data util"),
 #                ctest -L <suite> for each
+#   --tsan:      build-tsan/ (ThreadSanitizer on every layer; comm, parallel, actors, launch at -O1,
+#                the layers below at -O0; CPU only): the suites named by TROUPE_TSAN_SUITES (default "comm actors"),
+#                their single-process tests only (ctest -L <suite> -E mpi:
+#                TSan cannot follow Open MPI's shared-memory transport); suppressions in tests/tsan.supp
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 sanitize=0
+tsan=0
 ctest_extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sanitize) sanitize=1; shift ;;
+    --tsan) tsan=1; shift ;;
     --) shift; ctest_extra=("$@"); break ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (ctest arguments go after --)" >&2; exit 2 ;;
   esac
 done
@@ -37,7 +43,32 @@ generator_args() {
   if [[ ! -f "$1/CMakeCache.txt" ]]; then echo "-G Ninja"; fi
 }
 
-if [[ $sanitize == 1 ]]; then
+if [[ $sanitize == 1 && $tsan == 1 ]]; then
+  echo "test.sh: --sanitize and --tsan are separate builds; give one" >&2
+  exit 2
+fi
+
+if [[ $tsan == 1 ]]; then
+  build="build-tsan"
+  # shellcheck disable=SC2046
+  cmake $(generator_args "$build") -S . -B "$build" \
+    -DCMAKE_BUILD_TYPE=Debug \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O0" \
+    -DTROUPE_TSAN=ON "${launcher_args[@]}" \
+    -DTROUPE_CUDA=OFF \
+    -DTROUPE_BUILD_TESTS=ON \
+    -DTROUPE_BUILD_BENCH=OFF \
+    -DTROUPE_BUILD_EXAMPLES=OFF
+  suites=(${TROUPE_TSAN_SUITES:-comm actors})
+  targets=()
+  for suite in "${suites[@]}"; do targets+=("${suite}_tests"); done
+  [[ " ${suites[*]} " == *" comm "* ]] && targets+=(launch_demo)  # launch_demo_ranks3 (label comm)
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+  # halt_on_error: the first race fails the test that hit it (its report is in the output)
+  export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=4"
+  label_regex=$(IFS='|'; echo "^(${suites[*]})\$")
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "$label_regex" -E "mpi" "${ctest_extra[@]}"
+elif [[ $sanitize == 1 ]]; then
   build="build-sanitize"
   # shellcheck disable=SC2046
   cmake $(generator_args "$build") -S . -B "$build" \

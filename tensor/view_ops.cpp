@@ -297,12 +297,13 @@ Tensor slice(const Tensor& t, int64_t d, std::optional<int64_t> start, std::opti
 Tensor narrow(const Tensor& t, int64_t d, int64_t start, int64_t length) {
   if (t.dim() == 0) throw std::invalid_argument("[narrow] narrow() cannot be applied to a 0-dim tensor.");
   d = wrap_dim(d, t.dim(), "narrow");
+  if (length < 0) throw std::invalid_argument("[narrow] narrow(): length must be non-negative.");  // PyTorch checks it first
   int64_t n = t.sizes()[d];
   if (start < -n || start > n)
     throw std::out_of_range("[narrow] start (" + std::to_string(start) + ") is out of bounds for dimension " +
                             std::to_string(d) + " with size " + std::to_string(n));
   if (start < 0) start += n;
-  if (length < 0 || start + length > n)
+  if (start + length > n)
     throw std::out_of_range("[narrow] start (" + std::to_string(start) + ") + length (" + std::to_string(length) +
                             ") exceeds dimension size (" + std::to_string(n) + ").");
   return slice(t, d, start, start + length, 1);

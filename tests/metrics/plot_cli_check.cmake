@@ -1,6 +1,6 @@
 # ctest metrics_plot_cli: troupe-plot draws two runs into an SVG, and each bad input (a missing file, a
-# malformed line, an unwritable output, an unknown tag) ends it with status 1 and exactly one line on
-# stderr that names the problem.
+# malformed line, an unwritable output, an unknown tag, an unknown flag) ends it with status 2 and
+# exactly one line on stderr that names the problem.
 #   cmake -DEXE=<troupe-plot> -DWORK_DIR=<dir> -P plot_cli_check.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}/run_a" "${WORK_DIR}/run_b")
@@ -24,19 +24,22 @@ if(NOT svg MATCHES "^<svg" OR NOT svg MATCHES ">run_a<" OR NOT svg MATCHES ">run
   message(FATAL_ERROR "curves.svg lacks the svg element or the run names")
 endif()
 
-# expect_one_error(<regex> args...): status 1 and exactly one stderr line matching regex.
+# expect_one_error(<regex> args...): status 2 and exactly one stderr line matching regex.
 function(expect_one_error regex)
   execute_process(COMMAND "${EXE}" ${ARGN} WORKING_DIRECTORY "${WORK_DIR}"
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   string(REGEX MATCHALL "\n" newlines "${err}")
   list(LENGTH newlines n)
-  if(NOT rc EQUAL 1 OR NOT n EQUAL 1 OR NOT err MATCHES "${regex}")
+  if(NOT rc EQUAL 2 OR NOT n EQUAL 1 OR NOT err MATCHES "${regex}")
     message(FATAL_ERROR "troupe-plot ${ARGN}: status ${rc}, ${n} stderr lines, stderr '${err}' (want one line matching '${regex}')")
   endif()
   message(STATUS "troupe-plot ${ARGN}: ${err}")
 endfunction()
 
-expect_one_error("^troupe-plot: \\[metrics\\] cannot open 'missing.jsonl': No such file or directory\n$" missing.jsonl)
+expect_one_error("^troupe-plot: runs: File does not exist: missing.jsonl \\(see --help\\)\n$" missing.jsonl)
+expect_one_error("^troupe-plot: The following argument was not expected: --colour \\(see --help\\)\n$"
+  run_a/metrics.jsonl --colour)
+expect_one_error("^troupe-plot: runs is required \\(see --help\\)\n$" -o c.svg)
 expect_one_error("^troupe-plot: \\[metrics\\] bad.jsonl:2: expected a number for \"value\" at column 32\n$" bad.jsonl)
 expect_one_error("^troupe-plot: \\[plot\\] cannot open 'no_such_dir/c.svg' for writing: No such file or directory\n$"
   run_a/metrics.jsonl -o no_such_dir/c.svg)

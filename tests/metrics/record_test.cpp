@@ -87,6 +87,11 @@ TEST(Record, MalformedLinesSayWhatAndWhere) {
   EXPECT_EQ(error_of([] { parse_json(R"({"tag":"x","step":1,"value":1} trailing)"); }),
             "unexpected text after the record at column 32");
   EXPECT_EQ(error_of([] { parse_json(R"({"tag":"x)"); }), "unterminated string at column 10");
+  // found by the fuzzer: a rank that is not an int was cast anyway (undefined behaviour)
+  EXPECT_EQ(error_of([] { parse_json(R"({"tag":"x","step":1,"value":1,"rank":NaN})"); }),
+            "\"rank\" must be a non-negative integer at column 41");
+  EXPECT_EQ(error_of([] { parse_json(R"({"tag":"x","step":1,"value":1,"rank":1e20})"); }),
+            "\"rank\" must be a non-negative integer at column 42");
 }
 
 TEST(Record, ReadJsonlNamesFileAndLine) {
