@@ -1075,11 +1075,6 @@ RemoteModulePtr place_group(Runtime& rt, const std::string& path, const nn::Modu
 }  // namespace
 
 std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement) {
-  return place(rt, model, std::map<std::string, Placement>(placement.begin(), placement.end()));
-}
-
-std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
                                              const std::map<std::string, Placement>& placement) {
   if (!model) throw ActorError("[actors] place(): the model is null");
   for (const auto& [a, pa] : placement) {

@@ -54,9 +54,6 @@ Placement sharded(std::vector<int> ranks);
 /// proxies by path (a group's is a RemoteGroupModule).
 std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
                                              const std::map<std::string, Placement>& placement);
-/// place() with every subtree on one rank (a map built before groups existed).
-std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement);
 
 /// The proxy of a subtree hosted by a group of ranks (replicated() or sharded()): every Module method
 /// reaches every host; reads of a replicated subtree ask the first copy.

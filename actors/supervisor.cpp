@@ -310,10 +310,14 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
 }
 
 std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement, const RestartPolicy& policy) {
+                                             const std::map<std::string, Placement>& placement, const RestartPolicy& policy) {
   if (!model) throw ActorError("[actors] place(): the model is null");
+  for (const auto& [path, where] : placement)
+    if (where.kind != Placement::Kind::kRank)
+      throw ActorError("[actors] place(): `" + path + "` is placed on a group (replicated / sharded), which a RestartPolicy "
+                       "does not supervise yet; place it without a policy");
   std::map<std::string, std::pair<List, nn::ModulePtr>> rebuild;
-  for (const auto& [path, rank] : placement) {
+  for (const auto& [path, where] : placement) {
     nn::ModulePtr child = model->get_submodule(path);
     if (!child->is_remote()) rebuild[path] = rebuild_of(rt, child, "", {});
   }

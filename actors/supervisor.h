@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include <troupe/actors/placement.h>
 #include <troupe/actors/remote_module.h>
 
 namespace troupe::actors {
@@ -105,8 +106,9 @@ RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List arg
 RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args,
                      std::string name, const RestartPolicy& policy);
 /// place(rt, model, placement) with every host supervised by `policy`.
+/// Each subtree on one rank: a group (replicated / sharded) is refused (not supervised yet).
 std::map<std::string, RemoteModulePtr> place(Runtime& rt, const nn::ModulePtr& model,
-                                             const std::map<std::string, int>& placement, const RestartPolicy& policy);
+                                             const std::map<std::string, Placement>& placement, const RestartPolicy& policy);
 
 /// Restarts of a supervised proxy's host so far (0 for an unsupervised one).
 int restarts(const RemoteModule& proxy);

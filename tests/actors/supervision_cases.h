@@ -93,7 +93,7 @@ inline std::string text_of(const std::function<void()>& fn) {
 /// checkpoint file written at step 4.
 inline void restart_matches_hand_restart(Runtime& rt, int r1, int r2) {
   register_chain();
-  const std::map<std::string, int> placement{{"enc", r1}, {"dec", r2}};
+  const std::map<std::string, Placement> placement{{"enc", r1}, {"dec", r2}};
   manual_seed(7);
   Chain a;
   auto proxies = place(rt, a.ptr(), placement, RestartPolicy().restarts(2).every(2));
