@@ -246,7 +246,7 @@ inline void checkpoint_across_placements(Runtime& rt, int r1, int r2) {
   DistributedOptimizer oa(a.ptr(), sgd_options());
   manual_seed(1);
   Chain twin_a;
-  auto ea = Averager::spawn(rt, r1, twin_a.ptr(), AveragerOptions().ema(0.9));
+  auto ea = Averager::spawn(rt, r1, twin_a.ptr(), AveragerOptions().ema(0.9).in_flight(8));  // no coalescing: versions 1..5 all applied
   for (int64_t step = 0; step < 3; ++step) {
     train_step(a, oa, step);
     ea.update(*a);
@@ -265,7 +265,7 @@ inline void checkpoint_across_placements(Runtime& rt, int r1, int r2) {
   DistributedOptimizer ob(b.ptr(), sgd_options());
   manual_seed(2);
   Chain twin_b;
-  auto eb = Averager::spawn(rt, r2, twin_b.ptr(), AveragerOptions().ema(0.9));
+  auto eb = Averager::spawn(rt, r2, twin_b.ptr(), AveragerOptions().ema(0.9).in_flight(8));  // no coalescing: versions 1..5 all applied
   EXPECT_EQ(load_checkpoint(file, b.ptr(), &ob, &eb), 3);
 
   manual_seed(9);
@@ -274,7 +274,7 @@ inline void checkpoint_across_placements(Runtime& rt, int r1, int r2) {
   EXPECT_EQ(oc.num_hosts(), 0u);
   manual_seed(4);
   Chain twin_c;
-  auto ec = Averager::spawn(rt, 0, twin_c.ptr(), AveragerOptions().ema(0.9));
+  auto ec = Averager::spawn(rt, 0, twin_c.ptr(), AveragerOptions().ema(0.9).in_flight(8));  // no coalescing: versions 1..5 all applied
   EXPECT_EQ(load_checkpoint(file, c.ptr(), &oc, &ec), 3);
   std::remove(file.c_str());
 
