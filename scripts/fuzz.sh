@@ -18,10 +18,11 @@ for e in "${entries[@]}"; do
   [[ " ${all[*]} " == *" $e "* ]] || { echo "fuzz.sh: unknown entry '$e' (entries: ${all[*]})" >&2; exit 2; }
 done
 
+bash scripts/setup.sh --with-fuzz  # clang-14 and libclang-rt-14-dev (and the rest)
 cc=$(command -v clang-14 || true)
 cxx=$(command -v clang++-14 || true)
 if [[ -z $cc || -z $cxx ]]; then
-  echo "fuzz.sh: clang-14 not found (apt-get install clang-14 libclang-rt-14-dev, or bash scripts/setup.sh)" >&2
+  echo "fuzz.sh: clang-14 not found (bash scripts/setup.sh --with-fuzz installs it)" >&2
   exit 2
 fi
 

@@ -4,22 +4,25 @@
 # libcpp-httplib-dev serves the live page (--dashboard), libjs-chart.js draws its curves (served from
 # /usr/share/javascript/chart.js at run time); chromium only loads that page in a test (it skips without).
 # iproute2 and nftables: tests/multihost makes its test hosts with `ip netns` and shapes a link with tc/nft.
-# libcli11-dev parses every program's command line (tools/cli.h); clang-14 and libclang-rt-14-dev build
-# the libFuzzer entry points (scripts/fuzz.sh).
+# libcli11-dev parses every program's command line (tools/cli.h); clang-14 and libclang-rt-14-dev
+# (--with-fuzz) build the libFuzzer entry points (scripts/fuzz.sh).
 #   bash scripts/setup.sh                 libraries, tests
 #   bash scripts/setup.sh --with-torch    + libtorch-dev (benchmarks/demo compare against libtorch)
 #   bash scripts/setup.sh --with-browser  + chromium (scripts/test.sh: the dashboard's browser test)
+#   bash scripts/setup.sh --with-fuzz     + clang-14 and its libFuzzer runtime (scripts/fuzz.sh)
 # Does nothing (no apt-get at all) when every package is already installed.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 with_torch=0
 with_browser=0
+with_fuzz=0
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
     --with-browser) with_browser=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --with-fuzz) with_fuzz=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -35,13 +38,15 @@ packages=(
   libcpp-httplib-dev libjs-chart.js
   iproute2 nftables
   libcli11-dev
-  clang-14 libclang-rt-14-dev
 )
 if [[ $with_torch == 1 ]]; then
   packages+=(libtorch-dev)
 fi
 if [[ $with_browser == 1 ]]; then
   packages+=(chromium)
+fi
+if [[ $with_fuzz == 1 ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
