@@ -1497,10 +1497,12 @@ constexpr int64_t kDataPlaneBytes = int64_t{1} << 20;
 
 /// TROUPE_ACTOR_LANE: "mpi" (or unset) takes the lane under mpirun, "caf" keeps every Call on CAF.
 bool lane_wanted() {
+  // Opt-in (TROUPE_ACTOR_LANE=mpi) for now: with the lane, 2 of 25 `mpirun -np 3 launch_demo` runs hung
+  // at exit after their work was done (CAF's path: 0 of 25); until that is found, CAF is the default.
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
-  if (!v || !*v || std::strcmp(v, "mpi") == 0) return true;
-  if (std::strcmp(v, "caf") == 0) return false;
-  throw ActorError(std::string("[actors] TROUPE_ACTOR_LANE=") + v + ": expected mpi or caf");
+  if (!v || !*v || std::strcmp(v, "caf") == 0) return false;
+  if (std::strcmp(v, "mpi") == 0 || std::strcmp(v, "lane") == 0) return true;
+  throw ActorError(std::string("[actors] TROUPE_ACTOR_LANE=") + v + ": expected mpi (the lane) or caf");
 }
 
 std::shared_ptr<detail::System> install(std::shared_ptr<detail::System> s) {
