@@ -22,6 +22,7 @@
 #include <troupe/actors/auth.h>
 #include <troupe/actors/internal/caf_types.h>
 #include <troupe/actors/internal/gate.h>
+#include <troupe/util/env.h>
 #include <troupe/actors/internal/groups.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
@@ -60,9 +61,13 @@ constexpr int64_t kLaneBodyBytes = int64_t{4} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) : fallback;
+/// A whole-number tuning variable (>= `lo`): a bad value is an ActorError naming it (util/env.h).
+int64_t env_int(const char* name, int64_t fallback, int64_t lo = 0) {
+  try {
+    return util::env_int(name, fallback, lo);
+  } catch (const std::invalid_argument& e) {
+    throw ActorError(std::string("[actors] ") + e.what());
+  }
 }
 }  // namespace
 
@@ -341,7 +346,7 @@ class System {
     // DESIGN.md's measurements: the sharing policy and no middleman workers cut the cross-process
     // round trip from ~285 us to ~118 us.
     cfg_.set("scheduler.policy", caf::atom("sharing"));
-    cfg_.set("scheduler.max-threads", env_int("TROUPE_ACTOR_THREADS", 4));
+    cfg_.set("scheduler.max-threads", env_int("TROUPE_ACTOR_THREADS", 4, 1));
     if (networked_) {
       cfg_.load<caf::io::middleman>();
       cfg_.set("middleman.workers", int64_t{0});
@@ -1535,6 +1540,7 @@ std::vector<std::string> all_gather_text(const comm::ProcessGroupPtr& world, con
 
 std::vector<std::shared_ptr<Runtime>> start_local(int ranks) {
   if (ranks < 1) throw ActorError("[actors] start_local: needs at least one rank, got " + std::to_string(ranks));
+  (void)default_timeout();  // a bad TROUPE_ACTOR_TIMEOUT fails here, naming it
   auto sys = install(std::make_shared<detail::System>(0, ranks, ranks, false));
   try {
     sys->spawn_services();
@@ -1549,6 +1555,7 @@ std::vector<std::shared_ptr<Runtime>> start_local(int ranks) {
 
 std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
   const int rank = world->rank(), size = world->size();
+  (void)default_timeout();  // a bad TROUPE_ACTOR_TIMEOUT fails here on every rank, before any collective
   auto sys = install(std::make_shared<detail::System>(rank, 1, size, true));
   try {
     sys->spawn_services();
@@ -1578,8 +1585,7 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       o.name = "actors-data-plane";
       detail::g_data_plane.group = world->new_group(all, o);
       detail::g_data_plane.rank = rank;
-      const char* v = std::getenv("TROUPE_ACTOR_DATA_PLANE_BYTES");
-      detail::g_data_plane.threshold = v && *v ? std::atoll(v) : kDataPlaneBytes;
+      detail::g_data_plane.threshold = detail::env_int("TROUPE_ACTOR_DATA_PLANE_BYTES", kDataPlaneBytes, INT64_MIN);
       if (detail::g_data_plane.threshold.load() <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
       detail::g_has_data_plane.store(world->backend() != "local", std::memory_order_release);
     }
