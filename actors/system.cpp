@@ -54,12 +54,13 @@ constexpr int64_t kLaneWaitSpinUs = 50;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
 // 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
 // the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (a message above the eager limit needs a rendezvous, which costs the sender a scheduling round
-// on a loaded machine: 1-2 ms for 4 KB-1 MB, against CAF's 0.1-1.6 ms); one with a tensor of at least
-// kLaneBodyBytes takes the lane again, its big tensors as bodies (16 MB: 5-6 ms against CAF's 7.5-10 ms)
+// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20; a
+// larger eager limit, vader's 32 KB, did not change that: the hops' thread wake-ups cost it, not the
+// rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
+// bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
 // (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = 3072;
-constexpr int64_t kLaneBodyBytes = int64_t{4} << 20;
+constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
 
