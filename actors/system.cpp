@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <array>
-#include <condition_variable>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <limits>
