@@ -55,9 +55,9 @@ constexpr int64_t kLaneWaitSpinUs = 50;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
 // 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
 // the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20; a
-// larger eager limit, vader's 32 KB, did not change that: the hops' thread wake-ups cost it, not the
-// rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
+// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20;
+// with vader's eager limit at 32 KB, 4 KB on the lane took 0.18-0.21 ms, still no better than CAF: the
+// hops' thread wake-ups cost more than the rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
 // bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
 // (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = 3072;
