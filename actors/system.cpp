@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <array>
-#include <condition_variable>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -37,8 +37,9 @@ namespace detail {
 
 namespace {
 constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router fails expired requests
-// stop(): how long the actors of this process may take to end (a handler that runs must return first).
-constexpr auto kStopWait = std::chrono::seconds(10);
+// stop(): how long the actors of this process may take to end, per step (a handler that runs must return
+// first) (TROUPE_ACTOR_STOP_S).
+constexpr int64_t kStopWaitS = 10;
 // The lane (Calls and Replies between the processes of an MPI job as MPI messages; see System::lane_call).
 // Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
 // tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES).
@@ -55,9 +56,9 @@ constexpr int64_t kLaneWaitSpinUs = 50;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
 // 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
 // the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20; a
-// larger eager limit, vader's 32 KB, did not change that: the hops' thread wake-ups cost it, not the
-// rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
+// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20;
+// with vader's eager limit at 32 KB, 4 KB on the lane took 0.18-0.21 ms, still no better than CAF: the
+// hops' thread wake-ups cost more than the rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
 // bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
 // (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = 3072;
@@ -834,7 +835,7 @@ class System {
     }
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor runtime stopped");
     failed.clear();  // a state's value may hold an ActorRef: none may outlive this into system_.reset()
-    // The shutdown order (each step bounded by kStopWait): every actor of this process and the router
+    // The shutdown order (each step bounded by stop_wait()): every actor of this process and the router
     // end, and each has finished its cleanup (end_watch_: a functor attached when it was spawned, so it
     // runs after every monitor's down_msg was sent, the BASP broker's among them); then the gate; then
     // the BASP broker, which thereby handles every down_msg queued before (each holds the ended actor);
@@ -867,7 +868,7 @@ class System {
       std::fprintf(stderr,
                    "[actors] rank %d: %zu actor(s) did not end within %lld s of the runtime's stop (a handler still "
                    "runs); the actor system is left to the process's exit\n",
-                   first_rank_, stuck, static_cast<long long>(kStopWait.count()));
+                   first_rank_, stuck, static_cast<long long>(stop_wait().count()));
       (void)system_.release();
     } else {
       system_.reset();  // every actor ended: it stops the scheduler and the middleman (closes connections)
@@ -880,6 +881,9 @@ class System {
     CallStatePtr state;
     caf::actor_addr target;
   };
+
+  /// How long each step of stop() waits (TROUPE_ACTOR_STOP_S, default kStopWaitS).
+  static std::chrono::seconds stop_wait() { return std::chrono::seconds(std::max<int64_t>(1, env_int("TROUPE_ACTOR_STOP_S", kStopWaitS))); }
 
   /// Records in end_watch_ when `a` has finished its cleanup. Called right after a spawn, before the
   /// handle leaves this function: the functor is then the oldest attached one, which CAF runs last.
@@ -895,7 +899,7 @@ class System {
   }
 
   /// Sends an exit (`how`) to each of `who` (watched by watch_end) and waits until each has finished its
-  /// cleanup, at most kStopWait in all; returns how many had not by then.
+  /// cleanup, at most stop_wait() in all; returns how many had not by then.
   size_t end_and_await(std::vector<caf::actor> who, caf::exit_reason how) {
     std::vector<caf::actor_id> ids;
     for (auto& h : who) {
@@ -907,7 +911,7 @@ class System {
     auto left = [&] {
       return static_cast<size_t>(std::count_if(ids.begin(), ids.end(), [&](caf::actor_id id) { return !end_watch_->ended.count(id); }));
     };
-    end_watch_->cv.wait_for(g, kStopWait, [&] { return left() == 0; });
+    end_watch_->cv.wait_for(g, stop_wait(), [&] { return left() == 0; });
     return left();
   }
 

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include <troupe/tensor/ops.h>
 
@@ -245,4 +248,28 @@ TEST(ActorsRuntime, StartsAndStopsRepeatedly) {
     });
   }
   EXPECT_FALSE(actors::running());
+}
+
+// stop() waits a bounded time for an actor whose handler still runs (TROUPE_ACTOR_STOP_S), says so, and
+// returns; it used to wait for the handler (or, for a leaked reference, for ever).
+TEST(ActorsRuntime, StopIsBoundedWhenAHandlerStillRuns) {
+  setenv("TROUPE_ACTOR_STOP_S", "1", 1);
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  on_ranks(1, [](launch::Context& ctx) {
+    ActorRef c = ctx.actors().spawn_on(0, "busy", "Counter", 0);
+    EXPECT_EQ(c.request<int64_t>("get").get(), 0);  // it runs
+    c.send("sleep_ms", 4000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the handler has started
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("TROUPE_ACTOR_STOP_S");
+  EXPECT_FALSE(actors::running());
+  EXPECT_LT(secs, 3.5) << "stop() waited for the 4 s handler";
+  EXPECT_TRUE(contains(err, "1 actor(s) did not end within 1 s")) << err;
+  // A runtime starts again afterwards.
+  on_ranks(1, [](launch::Context& ctx) {
+    EXPECT_EQ(ctx.actors().spawn_on(0, "again", "Counter", 5).request<int64_t>("get").get(), 5);
+  });
 }
