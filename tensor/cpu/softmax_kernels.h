@@ -175,20 +175,6 @@ TROUPE_SIMD_CLONES [[maybe_unused]] static void exp_inplace(float* p, int64_t n)
   for (; j < n; ++j) p[j] = exp1(p[j]);
 }
 
-/// gi = g - exp(y) * s (log_softmax backward of one row).
-TROUPE_SIMD_CLONES [[maybe_unused]] static void log_softmax_bwd_row(const float* g, const float* y, float* gi,
-                                                                    int64_t n, float s) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    v8f e, gv;
-    exp8_at(y + j, 0.0f, e);
-    std::memcpy(&gv, g + j, sizeof(gv));
-    gv -= e * s;
-    std::memcpy(gi + j, &gv, sizeof(gv));
-  }
-  for (; j < n; ++j) gi[j] = g[j] - exp1(y[j]) * s;
-}
-
 // load8 returns a 32-byte vector, but it is always inlined, so no call ever uses the AVX argument ABI that
 // -Wpsabi warns about (in the baseline clones of the functions below); the warning is off until the pop.
 #pragma GCC diagnostic push
@@ -474,20 +460,6 @@ inline void arg_extremum_row(const T* p, int64_t n, T& best, int64_t& best_idx) 
   }
   best = b;
   best_idx = bi;
-}
-
-/// Sum of p[0, n) in 8 float lanes (exact order fixed by n).
-inline float sum_row(const float* p, int64_t n) {
-  v4f a0 = splat4(0.0f), a1 = a0;
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    a0 += load4(p + j);
-    a1 += load4(p + j + 4);
-  }
-  a0 += a1;
-  float s = (a0[0] + a0[1]) + (a0[2] + a0[3]);
-  for (; j < n; ++j) s += p[j];
-  return s;
 }
 
 }  // namespace troupe::cpu::simd
