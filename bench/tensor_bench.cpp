@@ -3,7 +3,8 @@
 //   sgemm          troupe::mm (float32)                   vs cblas_sgemm on raw buffers (same OpenBLAS)
 //   elementwise    troupe a + b, a * b, a.add_(b) (16M)   vs the machine's memcpy bandwidth
 //   MLP step       relu(x.matmul(w) + b).sum().backward() vs the same in libtorch
-//   informative    softmax, sum, conv2d fwd+bwd, add      vs libtorch (no target)
+//   informative    softmax, log_softmax, logsumexp, sum, conv2d fwd+bwd (4 shapes), add vs libtorch (no target)
+//   read bandwidth sum of 16M float32 vs a plain OpenMP sum loop over the same buffer (target 0.9)
 //
 // Timing: a manual timer on std::chrono::steady_clock. Each case is warmed up, then each side gets an
 // inner repeat count so that one sample lasts at least `sample_ms`; samples of troupe and of the peer
@@ -45,6 +46,7 @@
 extern "C" {
 void openblas_set_num_threads(int num_threads) __attribute__((weak));
 int openblas_get_num_threads(void) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
 }
 
 #include "harness.h"
@@ -239,12 +241,25 @@ void info_vs_torch(const std::string& name, FT troupe_fn, FP torch_fn, double by
 #define TORCH_ONLY(...)
 #endif
 
-void bench_informative() {
+// The read bandwidth of the machine: a plain OpenMP sum reduction over the buffer (threads splitting it in
+// contiguous halves, the compiler's vectorised loop), the bound a full sum of float32 can reach.
+float read_sum(const float* p, int64_t n, int threads) {
+  float s = 0.0f;
+#pragma omp parallel for simd num_threads(threads) schedule(static) reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+void bench_informative(int threads) {
   {
     troupe::Tensor x = t_randn({256, 1024});
     TORCH_ONLY(torch::Tensor tx = to_torch(x);)
     info_vs_torch("softmax (256, 1024) dim -1 vs libtorch", [&] { do_not_optimize(troupe::softmax(x, -1)); },
                   [&] { TORCH_ONLY(do_not_optimize(torch::softmax(tx, -1));) });
+    info_vs_torch("log_softmax (256, 1024) dim -1 vs libtorch", [&] { do_not_optimize(troupe::log_softmax(x, -1)); },
+                  [&] { TORCH_ONLY(do_not_optimize(torch::log_softmax(tx, -1));) });
+    info_vs_torch("logsumexp (256, 1024) dim -1 vs libtorch", [&] { do_not_optimize(troupe::logsumexp(x, {-1})); },
+                  [&] { TORCH_ONLY(do_not_optimize(torch::logsumexp(tx, {-1}));) });
   }
   {
     const int64_t n = int64_t(16) << 20;
@@ -252,6 +267,19 @@ void bench_informative() {
     TORCH_ONLY(torch::Tensor tx = to_torch(x);)
     info_vs_torch("sum 16M f32 vs libtorch", [&] { do_not_optimize(x.sum()); },
                   [&] { TORCH_ONLY(do_not_optimize(tx.sum());) }, 4.0 * n);
+    const std::string rb = "sum 16M f32 vs read bandwidth (OpenMP sum loop)";
+    if (selected(rb)) {
+      const float* px = x.data_ptr<float>();
+      const double got = x.sum().item<float>(), ref = read_sum(px, n, threads);
+      if (std::abs(got - ref) > 1e-3 * std::max(1.0, std::abs(ref)) + 1.0) {
+        ++check_failures;
+        note("sum: troupe " + fmt("%.6g", got) + " differs from the OpenMP loop's " + fmt("%.6g", ref));
+      }
+      auto [tt, tp, ratio] =
+          compare([&] { do_not_optimize(x.sum()); }, [&] { do_not_optimize(read_sum(px, n, threads)); });
+      row(rb, fmt_time(tt) + fmt("  %.1f GB/s", 4.0 * n / (tt * 1e6)),
+          fmt_time(tp) + fmt("  %.1f GB/s", 4.0 * n / (tp * 1e6)), ratio, 0.9);
+    }
     troupe::Tensor y = t_randn({n});
     TORCH_ONLY(torch::Tensor ty = to_torch(y);)
     info_vs_torch("add 16M f32 (a + b) vs libtorch", [&] { do_not_optimize(x + y); },
@@ -299,6 +327,52 @@ void bench_informative() {
     info_vs_torch("conv2d fwd+bwd N8 C16 32x32 -> 32, 3x3 p1 vs libtorch",
                   [&] { do_not_optimize(troupe_step()); }, [&] { TORCH_ONLY(do_not_optimize(torch_step());) });
   }
+  // a ResNet block's convolution and the digits conv net's two layers (batch 32, 8x8 images)
+  struct ConvCase {
+    const char* name;
+    int64_t n, c, hw, o;
+  };
+  for (ConvCase cc : {ConvCase{"conv2d fwd+bwd N32 C64 56x56 -> 64, 3x3 p1 vs libtorch", 32, 64, 56, 64},
+                      ConvCase{"conv2d fwd+bwd N32 C1 8x8 -> 16, 3x3 p1 vs libtorch", 32, 1, 8, 16},
+                      ConvCase{"conv2d fwd+bwd N32 C16 4x4 -> 32, 3x3 p1 vs libtorch", 32, 16, 4, 32}}) {
+    if (!selected(cc.name)) continue;
+    troupe::Tensor x = t_randn({cc.n, cc.c, cc.hw, cc.hw}).requires_grad_(true);
+    troupe::Tensor w = t_randn({cc.o, cc.c, 3, 3}).mul(0.1).requires_grad_(true);
+    troupe::Tensor b = t_randn({cc.o}).mul(0.1).requires_grad_(true);
+    auto troupe_step = [&] {
+      x.set_grad(troupe::Tensor());
+      w.set_grad(troupe::Tensor());
+      b.set_grad(troupe::Tensor());
+      troupe::Tensor loss = troupe::conv2d(x, w, b, 1, 1).sum();
+      loss.backward();
+      return loss;
+    };
+#if defined(TROUPE_HAVE_LIBTORCH)
+    torch::Tensor tx = to_torch(x.detach()).requires_grad_(true);
+    torch::Tensor tw = to_torch(w.detach()).requires_grad_(true);
+    torch::Tensor tb = to_torch(b.detach()).requires_grad_(true);
+    auto torch_step = [&] {
+      tx.mutable_grad().reset();
+      tw.mutable_grad().reset();
+      tb.mutable_grad().reset();
+      torch::Tensor loss = torch::conv2d(tx, tw, tb, 1, 1).sum();
+      loss.backward();
+      return loss;
+    };
+    {  // once: same weight gradient
+      troupe_step();
+      torch_step();
+      troupe::Tensor gw = w.grad().contiguous();
+      torch::Tensor tgw = tw.grad().contiguous();
+      const double dw = rel_diff(gw.data_ptr<float>(), tgw.data_ptr<float>(), gw.numel());
+      if (dw > 1e-4) {
+        ++check_failures;
+        note(std::string(cc.name) + ": grad w differs from libtorch's (rel " + fmt("%.1e", dw) + ")");
+      }
+    }
+#endif
+    info_vs_torch(cc.name, [&] { do_not_optimize(troupe_step()); }, [&] { TORCH_ONLY(do_not_optimize(torch_step());) });
+  }
 }
 
 
@@ -311,6 +385,8 @@ int main(int argc, char** argv) {
   troupe::set_num_threads(n);
   if (openblas_set_num_threads) openblas_set_num_threads(n);
   int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : -1;
+  const char* blas_core = openblas_get_corename ? openblas_get_corename() : "n/a";
+  const char* blas_env = std::getenv("OPENBLAS_CORETYPE");
 #if defined(TROUPE_HAVE_LIBTORCH)
   torch::set_num_threads(n);
   torch::manual_seed(0);
@@ -325,6 +401,7 @@ int main(int argc, char** argv) {
   std::printf("threads: troupe %d, libtorch %s, OpenBLAS %d; median of %d samples (>= %.0f ms each), "
               "troupe and peer sampled alternately\n",
               troupe::get_num_threads(), torch_threads.c_str(), blas_threads, cfg.samples, cfg.sample_ms);
+  std::printf("OpenBLAS kernels: %s (OPENBLAS_CORETYPE %s)\n", blas_core, blas_env ? blas_env : "unset");
   std::printf("ratio = peer_time / troupe_time (> 1: troupe faster; median of back-to-back sample pairs); "
               "bandwidth rows: troupe GB/s / memcpy GB/s\n\n");
   print_header();
@@ -335,7 +412,7 @@ int main(int argc, char** argv) {
     bench_elementwise(n);
     bench_mlp("small", 64, 32, 64, 2.0);
     bench_mlp("large", 256, 784, 1024, 1.0);
-    bench_informative();
+    bench_informative(n);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tensor_bench: error: %s\n", e.what());

@@ -1,5 +1,6 @@
-// CPU kernels for linear algebra and convolution: gemm (OpenBLAS for float/double, float32 through
-// conversion for float16/bfloat16, a plain loop for integers), im2col and col2im.
+// CPU kernels for linear algebra and convolution: gemm (OpenBLAS for float/double, or sgemm.h's own float32
+// kernel where OpenBLAS falls back to its SSE3 kernels; float16/bfloat16 through float32, a plain loop for
+// integers), im2col and col2im.
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "../ops.h"
 #include "../parallel.h"
 #include "cpu_backend.h"
+#include "sgemm.h"
 
 namespace troupe::cpu {
 
@@ -66,6 +68,10 @@ void blas_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   for (int64_t v : {M, N, K, lda, ldb, ldc}) check_blas_int(v);
   const CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
+    if (use_own_sgemm()) {  // OpenBLAS runs its SSE3 fallback on this CPU (sgemm.h)
+      sgemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, beta, C, ldc);
+      return;
+    }
     cblas_sgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
   } else {
     cblas_dgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);

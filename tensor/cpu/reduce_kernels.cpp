@@ -83,6 +83,46 @@ A pairwise_sum(const T* p, int64_t n) {
   return pairwise_sum<T, A>(p, half) + pairwise_sum<T, A>(p + half, n - half);
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // load8 is always inlined (softmax_kernels.h)
+/// Pairwise sum of float32 p[0, n) in 8-float vectors: leaves of kPairBlock elements summed in 32 lanes (4
+/// vectors, prefetching ahead of the stream), leaves combined as a binary tree with a carry stack, so the
+/// result depends only on n, not on how the caller splits the work. One cloned function: no recursion
+/// through the ifunc.
+TROUPE_SIMD_CLONES float sum_f32(const float* p, int64_t n) {
+  using simd::v8f;
+  constexpr int64_t kAhead = 512;  // floats (2 KiB) prefetched ahead of the loads
+  float stack[64];
+  int sp = 0;
+  int64_t leaves = 0;
+  for (int64_t b = 0; b < n; b += kPairBlock) {
+    const float* q = p + b;
+    const int64_t len = std::min(kPairBlock, n - b);
+    v8f a0 = v8f{}, a1 = v8f{}, a2 = v8f{}, a3 = v8f{};
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+      __builtin_prefetch(q + j + kAhead);
+      __builtin_prefetch(q + j + kAhead + 16);
+      a0 += simd::load8(q + j);
+      a1 += simd::load8(q + j + 8);
+      a2 += simd::load8(q + j + 16);
+      a3 += simd::load8(q + j + 24);
+    }
+    a0 = (a0 + a1) + (a2 + a3);
+    float v = ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
+    float tail = 0.0f;
+    for (; j < len; ++j) tail += q[j];
+    v += tail;
+    ++leaves;
+    for (int64_t c = leaves; (c & 1) == 0; c >>= 1) v = stack[--sp] + v;
+    stack[sp++] = v;
+  }
+  float total = sp > 0 ? stack[sp - 1] : 0.0f;
+  for (int i = sp - 2; i >= 0; --i) total = stack[i] + total;
+  return total;
+}
+#pragma GCC diagnostic pop
+
 /// acc[c] = sum over `rows` rows (row j at p + j*stride) of p[c], c < nc; cascaded in halves, with the
 /// right halves' sums in `scratch` (nc values per level of the recursion).
 template <typename T, typename A>
@@ -124,7 +164,10 @@ struct SumR {
   using V = acc_t<T>;
   static constexpr bool kNeedsElements = false;
   static V identity() { return V(0); }
-  static void contig(const T* p, int64_t n, int64_t, V& v, int64_t&) { v = pairwise_sum<T, V>(p, n); }
+  static void contig(const T* p, int64_t n, int64_t, V& v, int64_t&) {
+    if constexpr (std::is_same_v<T, float>) v = sum_f32(p, n);
+    else v = pairwise_sum<T, V>(p, n);
+  }
   static void rows(const T* p, int64_t n, int64_t, int64_t stride, int64_t nc, V* v, int64_t*) {
     if (n == 0) {
       for (int64_t c = 0; c < nc; ++c) v[c] = V(0);

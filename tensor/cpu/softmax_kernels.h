@@ -91,6 +91,36 @@ TROUPE_SIMD_INLINE void expv(VF& v) {
   v = x != x ? x : res;
 }
 
+/// exp of a vector of floats known to be <= 0 or NaN (x - max in softmax and logsumexp, a log-probability): the
+/// same polynomial as expv with cheaper range handling. No overflow is possible, so there is no upper clamp and
+/// no infinity blend; n = round(x * log2(e)) comes from the float magic-number trick instead of two conversions
+/// and a floor fix; a NaN propagates through the arithmetic. Values below the normal range are correctly
+/// scaled subnormals, as in expv.
+template <typename VF, typename VI>
+TROUPE_SIMD_INLINE void expv_nonpos(VF& v) {
+  const VF x = v;
+  const VF lo = VF{} + -103.97208404541015f;  // below: 0
+  const VF xc = x < lo ? lo : x;
+  const VF magic = VF{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds |t| < 2^22 to an integer
+  const VF t = xc * 1.44269504088896341f + magic;
+  const VI n = (VI)t - (VI)magic;  // the rounded integer, from the low mantissa bits
+  const VF nf = t - magic;
+  VF r = xc - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  const VF z = r * r;
+  VF y = VF{} + 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  const VI n1 = n >> 1;  // n in [-150, 0]: two factors 2^n1 * 2^(n - n1), each a normal float
+  const VI n2 = n - n1;
+  const VF res = y * (VF)((n1 + 127) << 23) * (VF)((n2 + 127) << 23);
+  v = x < lo ? VF{} : res;
+}
+
 TROUPE_SIMD_INLINE v4f exp4(v4f x) {
   expv<v4f, v4i>(x);
   return x;
@@ -101,6 +131,12 @@ TROUPE_SIMD_INLINE void exp8_at(const float* p, float shift, v8f& v) {
   std::memcpy(&v, p, sizeof(v));
   v -= shift;
   expv<v8f, v8i>(v);
+}
+/// 8 floats at p (exp(p[k] - shift)) into v, where every p[k] - shift is <= 0 or NaN.
+TROUPE_SIMD_INLINE void exp8_nonpos_at(const float* p, float shift, v8f& v) {
+  std::memcpy(&v, p, sizeof(v));
+  v -= shift;
+  expv_nonpos<v8f, v8i>(v);
 }
 
 /// out[i] = exp(in[i] - shift) (out may be null); returns the sum of the exps.
@@ -139,19 +175,145 @@ TROUPE_SIMD_CLONES [[maybe_unused]] static void exp_inplace(float* p, int64_t n)
   for (; j < n; ++j) p[j] = exp1(p[j]);
 }
 
-/// gi = g - exp(y) * s (log_softmax backward of one row).
-TROUPE_SIMD_CLONES [[maybe_unused]] static void log_softmax_bwd_row(const float* g, const float* y, float* gi,
-                                                                    int64_t n, float s) {
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    v8f e, gv;
-    exp8_at(y + j, 0.0f, e);
-    std::memcpy(&gv, g + j, sizeof(gv));
-    gv -= e * s;
-    std::memcpy(gi + j, &gv, sizeof(gv));
-  }
-  for (; j < n; ++j) gi[j] = g[j] - exp1(y[j]) * s;
+// load8 returns a 32-byte vector, but it is always inlined, so no call ever uses the AVX argument ABI that
+// -Wpsabi warns about (in the baseline clones of the functions below); the warning is off until the pop.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+TROUPE_SIMD_INLINE v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
+TROUPE_SIMD_INLINE void store8(float* p, const v8f& v) { std::memcpy(p, &v, sizeof(v)); }
+
+/// NaN-propagating max of p[0, n), n >= 1, in 8-float vectors (inlined into the cloned row kernels below).
+TROUPE_SIMD_INLINE float max_row8(const float* p, int64_t n) {
+  v8f m0 = v8f{} + p[0], m1 = m0;
+  v8i bad = v8i{};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const v8f a = load8(p + j), b = load8(p + j + 8);
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+    bad |= (a != a) | (b != b);
+  }
+  m0 = m1 > m0 ? m1 : m0;
+  float m = p[0];
+  bool nan = false;
+  for (int k = 0; k < 8; ++k) {
+    m = m0[k] > m ? m0[k] : m;
+    nan |= bad[k] != 0;
+  }
+  for (; j < n; ++j) {
+    const float v = p[j];
+    nan |= v != v;
+    m = v > m ? v : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+/// sum of exp(p[j] - shift) over p[0, n), storing the exps to out unless it is null (inlined); NonPos: every
+/// p[j] - shift is <= 0 or NaN (shift is the max), so the cheaper exp applies.
+template <bool NonPos>
+TROUPE_SIMD_INLINE float exp_shift_sum8(const float* in, float* out, int64_t n, float shift) {
+  v8f acc0 = v8f{}, acc1 = v8f{};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    v8f e0, e1;
+    if constexpr (NonPos) {
+      exp8_nonpos_at(in + j, shift, e0);
+      exp8_nonpos_at(in + j + 8, shift, e1);
+    } else {
+      exp8_at(in + j, shift, e0);
+      exp8_at(in + j + 8, shift, e1);
+    }
+    if (out) {
+      store8(out + j, e0);
+      store8(out + j + 8, e1);
+    }
+    acc0 += e0;
+    acc1 += e1;
+  }
+  acc0 += acc1;
+  float s = ((acc0[0] + acc0[1]) + (acc0[2] + acc0[3])) + ((acc0[4] + acc0[5]) + (acc0[6] + acc0[7]));
+  for (; j < n; ++j) {
+    const float e = exp1(in[j] - shift);
+    if (out) out[j] = e;
+    s += e;
+  }
+  return s;
+}
+
+/// The last-dim softmax family on `rows` float32 rows of length r >= 1 (x and y contiguous), one compiled
+/// loop per row with every pass in 8-float vectors:
+///   mode 0 softmax:     y = exp(x - max) / sum            (the exps are stored, then scaled in place)
+///   mode 1 log_softmax: y = (x - max) - log(sum)
+///   mode 2 logsumexp:   y[row] = log(sum) + max', max' = max or 0 where it is infinite (PyTorch's rule)
+TROUPE_SIMD_CLONES [[maybe_unused]] static void softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t r,
+                                                                 int mode) {
+  for (int64_t o = 0; o < rows; ++o) {
+    const float* p = x + o * r;
+    float m = max_row8(p, r);
+    if (mode == 2) {
+      // an infinite max is replaced by 0, after which x - 0 may be positive: the general exp
+      y[o] = std::isinf(m) ? std::log(exp_shift_sum8<false>(p, nullptr, r, 0.0f))
+                           : std::log(exp_shift_sum8<true>(p, nullptr, r, m)) + m;
+      continue;
+    }
+    float* q = y + o * r;
+    int64_t j = 0;
+    if (mode == 0) {
+      const float inv = 1.0f / exp_shift_sum8<true>(p, q, r, m);
+      for (; j + 8 <= r; j += 8) store8(q + j, load8(q + j) * inv);
+      for (; j < r; ++j) q[j] *= inv;
+    } else {
+      const float ls = std::log(exp_shift_sum8<true>(p, nullptr, r, m));
+      for (; j + 8 <= r; j += 8) store8(q + j, (load8(p + j) - m) - ls);
+      for (; j < r; ++j) q[j] = (p[j] - m) - ls;
+    }
+  }
+}
+
+/// Backward of softmax (log false: gi = y * (g - sum(g*y))) or log_softmax (log true: gi = g - exp(y) * sum(g))
+/// on `rows` float32 rows of length r.
+TROUPE_SIMD_CLONES [[maybe_unused]] static void softmax_bwd_rows_f32(const float* g, const float* y, float* gi,
+                                                                     int64_t rows, int64_t r, bool log) {
+  for (int64_t o = 0; o < rows; ++o) {
+    const float* gp = g + o * r;
+    const float* yp = y + o * r;
+    float* q = gi + o * r;
+    v8f a0 = v8f{}, a1 = v8f{};
+    int64_t j = 0;
+    if (log) {
+      for (; j + 16 <= r; j += 16) {
+        a0 += load8(gp + j);
+        a1 += load8(gp + j + 8);
+      }
+    } else {
+      for (; j + 16 <= r; j += 16) {
+        a0 += load8(gp + j) * load8(yp + j);
+        a1 += load8(gp + j + 8) * load8(yp + j + 8);
+      }
+    }
+    a0 += a1;
+    float s = ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
+    for (; j < r; ++j) s += log ? gp[j] : gp[j] * yp[j];
+    j = 0;
+    if (log) {
+      for (; j + 8 <= r; j += 8) {
+        v8f e;
+        exp8_nonpos_at(yp + j, 0.0f, e);  // y = log_softmax <= 0
+        store8(q + j, load8(gp + j) - e * s);
+      }
+      for (; j < r; ++j) q[j] = gp[j] - exp1(yp[j]) * s;
+    } else {
+      for (; j + 8 <= r; j += 8) store8(q + j, load8(yp + j) * (load8(gp + j) - s));
+      for (; j < r; ++j) q[j] = yp[j] * (gp[j] - s);
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
 
 /// NaN-propagating max of p[0, n), n >= 1.
 inline float max_row(const float* p, int64_t n) {
@@ -300,20 +462,6 @@ inline void arg_extremum_row(const T* p, int64_t n, T& best, int64_t& best_idx) 
   best_idx = bi;
 }
 
-/// Sum of p[0, n) in 8 float lanes (exact order fixed by n).
-inline float sum_row(const float* p, int64_t n) {
-  v4f a0 = splat4(0.0f), a1 = a0;
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    a0 += load4(p + j);
-    a1 += load4(p + j + 4);
-  }
-  a0 += a1;
-  float s = (a0[0] + a0[1]) + (a0[2] + a0[3]);
-  for (; j < n; ++j) s += p[j];
-  return s;
-}
-
 }  // namespace troupe::cpu::simd
 
 namespace troupe::cpu {
@@ -365,18 +513,16 @@ const float* as_float(const T* p, int64_t n, std::vector<float>& buf) {
   return buf.data();
 }
 
-/// One float32 row of softmax / log_softmax: max, sum of exp (exp kept in y), then the write.
+/// One float32 row of softmax / log_softmax (16-bit rows go through a float copy of the row).
 template <bool Log>
 inline void softmax_row_f32(const float* p, float* q, int64_t r) {
-  const float m = simd::max_row(p, r);
-  const float s = simd::exp_shift_sum(p, q, r, m);
-  if constexpr (Log) {
-    const float ls = std::log(s);
-    for (int64_t j = 0; j < r; ++j) q[j] = p[j] - m - ls;
-  } else {
-    const float inv = 1.0f / s;
-    for (int64_t j = 0; j < r; ++j) q[j] *= inv;
-  }
+  simd::softmax_rows_f32(p, q, 1, r, Log ? 1 : 0);
+}
+
+/// Calls f(b, e) over chunks of `rows` rows of length r in parallel.
+template <typename F>
+void for_row_chunks(int64_t rows, int64_t r, F f) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(r, 1)), f);
 }
 
 }  // namespace softmax_detail
@@ -389,12 +535,17 @@ void softmax_forward_cpu(const T* x, T* y, int64_t outer, int64_t r, int64_t inn
   using namespace softmax_detail;
   using A = opmath_t<T>;
   if (inner == 1) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (r == 0) return;
+      for_row_chunks(outer, r, [&](int64_t b, int64_t e) {
+        simd::softmax_rows_f32(x + b * r, y + b * r, e - b, r, Log ? 1 : 0);
+      });
+      return;
+    }
     for_rows(outer, r, [&](int64_t o) {
       const T* p = x + o * r;
       T* q = y + o * r;
-      if constexpr (std::is_same_v<T, float>) {
-        softmax_row_f32<Log>(p, q, r);
-      } else if constexpr (std::is_same_v<A, float>) {  // 16-bit floats: through a float row
+      if constexpr (std::is_same_v<A, float>) {  // 16-bit floats: through a float row
         thread_local std::vector<float> in, out;
         const float* pf = as_float(p, r, in);
         out.resize(static_cast<size_t>(r));
@@ -460,34 +611,24 @@ template <typename T, bool Log>
 void softmax_backward_cpu(const T* g, const T* y, T* gi, int64_t outer, int64_t r) {
   using namespace softmax_detail;
   using A = opmath_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    if (r == 0) return;
+    for_row_chunks(outer, r, [&](int64_t b, int64_t e) {
+      simd::softmax_bwd_rows_f32(g + b * r, y + b * r, gi + b * r, e - b, r, Log);
+    });
+    return;
+  }
   for_rows(outer, r, [&](int64_t o) {
     const T* gp = g + o * r;
     const T* yp = y + o * r;
     T* q = gi + o * r;
-    if constexpr (std::is_same_v<T, float>) {
-      if constexpr (Log) {
-        simd::log_softmax_bwd_row(gp, yp, q, r, simd::sum_row(gp, r));
-      } else {
-        simd::v4f a0 = simd::splat4(0.0f), a1 = a0;
-        int64_t j = 0;
-        for (; j + 8 <= r; j += 8) {
-          a0 += simd::load4(gp + j) * simd::load4(yp + j);
-          a1 += simd::load4(gp + j + 4) * simd::load4(yp + j + 4);
-        }
-        a0 += a1;
-        float s = (a0[0] + a0[1]) + (a0[2] + a0[3]);
-        for (; j < r; ++j) s += gp[j] * yp[j];
-        for (int64_t k = 0; k < r; ++k) q[k] = yp[k] * (gp[k] - s);
-      }
+    A s = 0;
+    if constexpr (Log) {
+      for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]);
+      for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(gp[j]) - std::exp(ld<A>(yp[j])) * s);
     } else {
-      A s = 0;
-      if constexpr (Log) {
-        for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]);
-        for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(gp[j]) - std::exp(ld<A>(yp[j])) * s);
-      } else {
-        for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]) * ld<A>(yp[j]);
-        for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(yp[j]) * (ld<A>(gp[j]) - s));
-      }
+      for (int64_t j = 0; j < r; ++j) s += ld<A>(gp[j]) * ld<A>(yp[j]);
+      for (int64_t j = 0; j < r; ++j) q[j] = st<T>(ld<A>(yp[j]) * (ld<A>(gp[j]) - s));
     }
   });
 }
@@ -500,6 +641,12 @@ void logsumexp_cpu(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
   using A = opmath_t<T>;
   auto fix = [](A m) { return std::isinf(m) ? A(0) : m; };
   if (inner == 1) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (r > 0) {
+        for_row_chunks(outer, r, [&](int64_t b, int64_t e) { simd::softmax_rows_f32(x + b * r, y + b, e - b, r, 2); });
+        return;
+      }
+    }
     for_rows(outer, r, [&](int64_t o) {
       if (r == 0) {
         y[o] = st<T>(-std::numeric_limits<A>::infinity());

@@ -9,6 +9,7 @@
 #include "common/fixtures.h"
 #include "tensor/autograd.h"
 #include "tensor/backend.h"
+#include "tensor/cpu/sgemm.h"
 #include "tensor/ops.h"
 
 using namespace troupe;
@@ -444,4 +445,45 @@ TEST(LinalgGemmKernel, OutputLayoutsAndBeta) {
   Tensor ce = empty({3, 5}, dtype(kFloat64));
   be.gemm(ce, row.expand({3, 6}), b, 1.0, 0.0);
   for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(tensors_close(ce[i], ref_mm(row, b)[0], 1e-12, 1e-12));
+}
+
+// ====================================================================== troupe's own sgemm (cpu/sgemm.h)
+
+TEST(OwnSgemm, MatchesFloat64ReferenceForEdgesStridesAlphaBeta) {
+  // shapes around the 6x16 tile, the 256-deep K block and the packed block sizes; A and B plain or
+  // transposed (strides swapped); beta 0 (C's NaNs ignored), 1 and 0.5; checked against a float64 loop
+  manual_seed(31);
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (Shape sh : {Shape{1, 1, 1}, Shape{5, 15, 3}, Shape{6, 16, 256}, Shape{7, 17, 257}, Shape{32, 1024, 144},
+                   Shape{144, 300, 32}, Shape{13, 2100, 40}, Shape{1100, 20, 9}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          SCOPED_TRACE("m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
+                       " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta));
+          Tensor a = randn({sh.m, sh.k}, kFloat32), b = randn({sh.k, sh.n}, kFloat32);
+          Tensor as = ta ? a.t().contiguous() : a, bs = tb ? b.t().contiguous() : b;  // storage order
+          Tensor c0 = randn({sh.m, sh.n}, kFloat32);
+          Tensor c = beta == 0.0f ? full({sh.m, sh.n}, std::nanf(""), kFloat32) : c0.clone();
+          const float alpha = 0.75f;
+          cpu::sgemm_packed(sh.m, sh.n, sh.k, alpha, as.data_ptr<float>(), ta ? 1 : sh.k, ta ? sh.m : 1,
+                            bs.data_ptr<float>(), tb ? 1 : sh.n, tb ? sh.k : 1, beta, c.data_ptr<float>(), sh.n);
+          Tensor ref = a.to(kFloat64).matmul(b.to(kFloat64)) * Scalar(double(alpha));
+          if (beta != 0.0f) ref = ref + c0.to(kFloat64) * Scalar(double(beta));
+          EXPECT_TRUE(tensors_close(c.to(kFloat64), ref, 1e-5, 1e-4 * std::sqrt(double(sh.k))));
+        }
+  }
+  set_num_threads(threads);
+}
+
+TEST(OwnSgemm, TroupeMatmulAgreesWithTheBlasPathWhicheverIsActive) {
+  // whichever path use_own_sgemm() picks on this machine, mm equals the float64 product
+  manual_seed(32);
+  Tensor a = randn({70, 300}, kFloat32), b = randn({300, 50}, kFloat32);
+  EXPECT_TRUE(tensors_close(mm(a, b).to(kFloat64), mm(a.to(kFloat64), b.to(kFloat64)), 1e-5, 1e-3));
+  EXPECT_TRUE(tensors_close(mm(b.t(), a.t()).to(kFloat64), mm(a.to(kFloat64), b.to(kFloat64)).t(), 1e-5, 1e-3));
 }

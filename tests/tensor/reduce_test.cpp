@@ -320,6 +320,49 @@ TEST(ReduceSum, LongRowsAndColumnsMatchReference) {
   set_num_threads(threads);
 }
 
+TEST(ReduceSum, Float32VectorSumMatchesDoubleAtEveryLeafAndThreadCount) {
+  // the float32 full sum runs in 8-float vectors over leaves of 1024 elements combined by a carry stack:
+  // lengths around the vector width, the leaf and the parallel chunk (32768), against float64, and the same
+  // bits with 1 and 2 threads (the chunks are fixed, not per thread)
+  manual_seed(11);
+  const int threads = get_num_threads();
+  for (int64_t n : {1, 7, 31, 32, 33, 1023, 1024, 1025, 3 * 1024 + 5, 32767, 32769, 65536 * 3 + 17, 1000003}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    Tensor x = randn({n}, kFloat32) + Scalar(0.5);
+    const double expect = x.to(kFloat64).sum().item<double>();
+    set_num_threads(1);
+    const float one = x.sum().item<float>();
+    set_num_threads(2);
+    const float two = x.sum().item<float>();
+    EXPECT_EQ(one, two);
+    EXPECT_NEAR(one, expect, 1e-6 * (std::abs(expect) + std::sqrt(static_cast<double>(n))));
+  }
+  set_num_threads(threads);
+}
+
+TEST(ReduceSimd, SoftmaxRowsAcrossThreadChunksAndSubnormalExps) {
+  // many rows (split over threads in chunks of rows) against float64; exps far below the normal range
+  manual_seed(12);
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  Tensor x = randn({300, 1000}, kFloat64) * Scalar(30.0);
+  Tensor xf = x.to(kFloat32), x64 = xf.to(kFloat64);
+  EXPECT_TRUE(tensors_close(softmax(xf, 1), softmax(x64, 1), 2e-6, 1e-12));
+  EXPECT_TRUE(tensors_close(log_softmax(xf, 1), log_softmax(x64, 1), 1e-6, 2e-6));
+  EXPECT_TRUE(tensors_close(logsumexp(xf, {1}), logsumexp(x64, {1}), 1e-6, 1e-6));
+  set_num_threads(threads);
+  // exp(-90) and exp(-100) are subnormal floats: softmax gives them (not 0), correctly rounded to 1e-6
+  std::vector<float> v(17, -200.0f);
+  v[0] = 0.0f;
+  v[5] = -90.0f;
+  v[9] = -100.0f;
+  Tensor s = softmax(tensor(v).reshape({1, 17}), 1);
+  EXPECT_NEAR(s[0][5].item<double>() / std::exp(-90.0), 1.0, 1e-3);
+  EXPECT_NEAR(s[0][9].item<double>() / std::exp(-100.0), 1.0, 2.5e-2);  // 26 subnormal steps: 2% rounding
+  EXPECT_EQ(s[0][1].item<float>(), 0.0f);
+  EXPECT_EQ(s[0][0].item<float>(), 1.0f);
+}
+
 TEST(ReduceSimd, VectorisedRowsMatchDoubleAndScalarReferences) {
   // rows long enough for the vector loops, with lengths that leave tails; special values inside the
   // vector part; float32 against the float64 computation
