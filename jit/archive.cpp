@@ -9,6 +9,7 @@
 // it returns a module.
 #include <zip.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <istream>
@@ -90,7 +91,10 @@ struct Saver {
         if (!sc)
           throw std::invalid_argument("[jit::save] submodule '" + k + "' of " + m.name() +
                                       " is a " + c->name() + ", not a traced ScriptModule");
-        head << "  " << k << " : " << sc->qualified_name() << "\n";
+        if (!k.empty() && std::isdigit(static_cast<unsigned char>(k[0])))  // Sequential's "0": PyTorch's spelling
+          head << "  __annotations__[\"" << k << "\"] = " << sc->qualified_name() << "\n";
+        else
+          head << "  " << k << " : " << sc->qualified_name() << "\n";
         w.str(k);
         module(w, *sc);
       }

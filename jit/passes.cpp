@@ -162,7 +162,7 @@ size_t fuse_elementwise(Graph& g) {
       chain->linear_head = true;
       inputs = {head->inputs[0], head->inputs[1], head->inputs[2]};
       chain->ops = "aten::linear";
-    } else if (as_step(head, s)) {
+    } else if (head->kind.back() != '_' && as_step(head, s)) {  // relu_ on a value from outside stays in place
       chain->steps.push_back(s);
       inputs = {head->inputs[0]};
       chain->ops = head->kind;

@@ -2,6 +2,7 @@
 // printed forms (graph, inlined_graph, code, code_with_constants).
 #include <troupe/jit/script_module.h>
 
+#include <cctype>
 #include <map>
 #include <set>
 #include <sstream>
@@ -288,8 +289,10 @@ class CodePrinter {
       }
       std::string e;
       if (k == "prim::GetAttr") {
-        e = take(n->inputs[0]) + "." + n->attr;
-        const std::string name = unique(n->attr);
+        // a name Python cannot spell after a dot (Sequential's "0") is read as PyTorch writes it
+        const bool ident = !n->attr.empty() && !std::isdigit(static_cast<unsigned char>(n->attr[0]));
+        e = ident ? take(n->inputs[0]) + "." + n->attr : "getattr(" + take(n->inputs[0]) + ", \"" + n->attr + "\")";
+        const std::string name = unique(ident ? n->attr : "_" + n->attr);
         body_ << "  " << name << " = " << e << "\n";
         expr_[n->outputs[0]] = name;
         continue;

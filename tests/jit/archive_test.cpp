@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <troupe/jit/jit.h>
+#include <troupe/nn/nn.h>
 #include <troupe/tensor/random.h>
 
 #include "common/fixtures.h"
@@ -222,6 +223,26 @@ TEST(Archive, StreamRoundTripAndDamagedBytes) {
           << e.what();
     }
   }
+}
+
+// A Sequential's children are named "0", "1", ...: code() reads them as PyTorch writes them
+// (`_0 = getattr(self, "0")`), the class block declares them as `__annotations__["0"] = ...` (code is
+// stored deflated, so that line is checked by loading), and the archive loads back (PyTorch 1.13 loads it too: bench/jit_bench runs torch::jit::load on such archives).
+TEST(Archive, SequentialChildrenWithNumericNames) {
+  default_generator().manual_seed(4);
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(3, 5), std::make_shared<nn::ReLUImpl>(),
+                                                  std::make_shared<nn::LinearImpl>(5, 2));
+  Tensor x = randn({4, 3});
+  ScriptModulePtr t = trace(net, x);
+  const std::string code = t->code();
+  EXPECT_NE(code.find("_0 = getattr(self, \"0\")"), std::string::npos) << code;
+  EXPECT_EQ(code.find("self.0"), std::string::npos) << code;
+  std::ostringstream out;
+  t->save(out);
+  std::istringstream in(out.str());
+  ScriptModulePtr back = load(in);
+  EXPECT_EQ(back->named_children().keys(), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_TRUE(equal(back->forward(x), t->forward(x)));
 }
 
 }  // namespace

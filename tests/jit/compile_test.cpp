@@ -159,6 +159,22 @@ TEST(Compile, ValueUsedTwiceEndsTheChain) {
   expect_same_step(net, c, x, 0);
 }
 
+TEST(Compile, InPlaceOpOnAnOutsideValueDoesNotStartAChain) {
+  // relu_(x) changes the caller's x: fusing it would make it out of place; relu_ after a fused op is fine
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* a = g->append("aten::relu_", {x});
+  Node* b = g->append("aten::sigmoid", {a->outputs[0]});
+  Node* c = g->append("aten::tanh", {b->outputs[0]});
+  Node* d = g->append("aten::relu_", {c->outputs[0]});
+  g->set_outputs({d->outputs[0]});
+  EXPECT_EQ(fuse_elementwise(*g), 1u);
+  ASSERT_EQ(g->nodes().size(), 2u);
+  EXPECT_EQ(g->nodes()[0]->kind, "aten::relu_");
+  EXPECT_EQ(g->nodes()[1]->attr, "aten::sigmoid, aten::tanh, aten::relu_");
+}
+
 TEST(Compile, SingleElementwiseOpIsNotFused) {
   auto g = std::make_shared<Graph>();
   g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
