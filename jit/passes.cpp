@@ -142,6 +142,8 @@ bool as_step(const Node* n, FusedChain::Step& s) {
 
 }  // namespace
 
+static std::vector<bool> needed_values(const FusedChain& c);
+
 size_t fuse_elementwise(Graph& g) {
   size_t made = 0;
   std::map<const Value*, int> uses = use_counts(g);
@@ -180,6 +182,7 @@ size_t fuse_elementwise(Graph& g) {
       cur = next->outputs[0];
     }
     if (!chain->linear_head && chain->steps.size() < 2) continue;  // one op alone: nothing to gain
+    chain->needed = needed_values(*chain);
     Node* last = members.back();
     Node* f = g.insert(last, "prim::FusedChain", inputs, 1);
     f->fused = chain;
@@ -255,10 +258,6 @@ void backward_step(Backend& be, const Step& s, const Tensor& gin, const Tensor& 
 
 constexpr int64_t kBlock = 16384;  // elements per block: a block of float32 and its saved copies stay in L2
 
-Tensor block(const Tensor& flat, int64_t start, int64_t len, int64_t numel) {
-  return (start == 0 && len == numel) ? flat : flat.narrow(0, start, len);
-}
-
 // The ops one by one through troupe's own functions: inputs the kernel does not take (other dtypes, devices,
 // shapes, strides) and the reference the kernel must equal.
 Tensor run_unfused(const FusedChain& c, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -280,6 +279,16 @@ Tensor run_unfused(const FusedChain& c, const Tensor& x, const Tensor& w, const 
 
 }  // namespace
 
+static std::vector<bool> needed_values(const FusedChain& c) {
+  if (c.needed.size() == c.steps.size() + 1) return c.needed;
+  std::vector<bool> needed(c.steps.size() + 1, false);
+  for (size_t k = 0; k < c.steps.size(); ++k) {
+    if (needs_in(c.steps[k])) needed[k] = true;
+    if (needs_out(c.steps[k])) needed[k + 1] = true;
+  }
+  return needed;
+}
+
 IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
   const Tensor x = args.at(0).toTensor();
   const Tensor w = c.linear_head ? args.at(1).toTensor() : Tensor();
@@ -293,12 +302,7 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
   if (!fast) return run_unfused(c, x, w, b);
 
   const size_t n = c.steps.size();
-  // needed[k]: value v_k (v_0 the chain's input, v_n its output) is read by a derivative
-  std::vector<bool> needed(n + 1, false);
-  for (size_t k = 0; k < n; ++k) {
-    if (needs_in(c.steps[k])) needed[k] = true;
-    if (needs_out(c.steps[k])) needed[k + 1] = true;
-  }
+  const std::vector<bool> needed = needed_values(c);
   autograd::variable_list inputs{x};
   if (c.linear_head) {
     inputs.push_back(w);
@@ -320,23 +324,32 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
       out = empty(x.sizes(), x.options());
     }
     const int64_t numel = out.numel();
-    const Tensor flat_out = out.view({numel});
-    const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
-    std::vector<Tensor> flat_saved(n + 1);
+    const bool one_block = numel <= kBlock;  // the common case: no flat views at all
     if (grad)
       for (size_t k = 0; k < n; ++k)
-        if (needed[k] && (k > 0 || c.linear_head)) {
-          saved[k] = empty({numel}, x.options());
-          flat_saved[k] = saved[k];
-        }
-    for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
-      const int64_t len = std::min(kBlock, numel - s0);
-      const Tensor ob = block(flat_out, s0, len, numel);
-      Tensor src = block(flat_in, s0, len, numel);
+        if (needed[k] && (k > 0 || c.linear_head)) saved[k] = empty(out.sizes(), x.options());
+    if (one_block) {
+      Tensor src = c.linear_head ? out : x;
       for (size_t k = 0; k < n; ++k) {
-        if (flat_saved[k].defined()) be.copy(block(flat_saved[k], s0, len, numel), src);
-        forward_step(be, c.steps[k], ob, src, scalars[k]);
-        src = ob;
+        if (saved[k].defined()) be.copy(saved[k], src);
+        forward_step(be, c.steps[k], out, src, scalars[k]);
+        src = out;
+      }
+    } else {
+      const Tensor flat_out = out.view({numel});
+      const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
+      std::vector<Tensor> flat_saved(n + 1);
+      for (size_t k = 0; k < n; ++k)
+        if (saved[k].defined()) flat_saved[k] = saved[k].view({numel});
+      for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
+        const int64_t len = std::min(kBlock, numel - s0);
+        const Tensor ob = flat_out.narrow(0, s0, len);
+        Tensor src = flat_in.narrow(0, s0, len);
+        for (size_t k = 0; k < n; ++k) {
+          if (flat_saved[k].defined()) be.copy(flat_saved[k].narrow(0, s0, len), src);
+          forward_step(be, c.steps[k], ob, src, scalars[k]);
+          src = ob;
+        }
       }
     }
   }
@@ -344,49 +357,62 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
 
   const bool need_x = x.requires_grad(), need_w = c.linear_head && w.requires_grad(),
              need_b = c.linear_head && b.defined() && b.requires_grad();
-  std::vector<int64_t> sizes = out.sizes().vec();
+  std::shared_ptr<const FusedChain> chain = c.weak_from_this().lock();
+  if (!chain) chain = std::make_shared<FusedChain>(c);
   autograd::record(
       "FusedChainBackward", inputs, out,
-      [chain = c, needed, saved = std::move(saved), scalars = std::move(scalars),
+      [chain = std::move(chain), saved = std::move(saved), scalars = std::move(scalars),
        sx = autograd::SavedVariable((need_w || (!c.linear_head && needed[0])) ? x : Tensor(), false),
-       sw = autograd::SavedVariable(need_x && c.linear_head ? w : Tensor(), false), sout = autograd::SavedVariable(needed[n] ? out : Tensor(), true),
-       need_x, need_w, need_b, has_b = b.defined(), sizes](const autograd::variable_list& g) {
+       sw = autograd::SavedVariable(need_x && c.linear_head ? w : Tensor(), false),
+       sout = autograd::SavedVariable(needed[n] ? out : Tensor(), true), need_x, need_w, need_b,
+       has_b = b.defined()](const autograd::variable_list& g) {
         if (autograd::GradMode::is_enabled())
-          throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + chain.ops +
+          throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + chain->ops +
                                    ") cannot be differentiated again (create_graph=True); run the module without "
                                    "compile() for double backward");
-        const size_t n = chain.steps.size();
+        const size_t n = chain->steps.size();
         Tensor gz = g[0].contiguous();
         if (n > 0) {
+          const std::vector<bool> needed = needed_values(*chain);
           Backend& be = backend(gz);
           const int64_t numel = gz.numel();
           Tensor gbuf = empty(gz.sizes(), gz.options());
-          const Tensor flat_g = gz.view({numel}), flat_gbuf = gbuf.view({numel});
-          std::vector<Tensor> vals(n + 1);  // flat v_k where needed
+          std::vector<Tensor> vals(n + 1);  // v_k where needed
           for (size_t k = 0; k <= n; ++k) {
             if (!needed[k]) continue;
-            if (k == n) vals[k] = sout.unpack().view({numel});
+            if (k == n) vals[k] = sout.unpack();
             else if (saved[k].defined()) vals[k] = saved[k];
-            else vals[k] = sx.unpack().reshape({numel});  // v_0 is the input itself (elementwise head)
+            else vals[k] = sx.unpack();  // v_0 is the input itself (elementwise head)
           }
-          for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {
-            const int64_t len = std::min(kBlock, numel - s0);
-            const Tensor gb = block(flat_gbuf, s0, len, numel);
-            Tensor gsrc = block(flat_g, s0, len, numel);
+          if (numel <= kBlock) {
+            Tensor gsrc = gz;
             for (size_t k = n; k-- > 0;) {
-              const Tensor vin = needed[k] ? block(vals[k], s0, len, numel) : Tensor();
-              const Tensor vout = needed[k + 1] ? block(vals[k + 1], s0, len, numel) : Tensor();
-              backward_step(be, chain.steps[k], gb, gsrc, vin, vout, scalars[k]);
-              gsrc = gb;
+              backward_step(be, chain->steps[k], gbuf, gsrc, vals[k], vals[k + 1], scalars[k]);
+              gsrc = gbuf;
+            }
+          } else {
+            const Tensor flat_g = gz.view({numel}), flat_gbuf = gbuf.view({numel});
+            for (auto& v : vals)
+              if (v.defined()) v = v.reshape({numel});
+            for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {
+              const int64_t len = std::min(kBlock, numel - s0);
+              const Tensor gb = flat_gbuf.narrow(0, s0, len);
+              Tensor gsrc = flat_g.narrow(0, s0, len);
+              for (size_t k = n; k-- > 0;) {
+                const Tensor vin = needed[k] ? vals[k].narrow(0, s0, len) : Tensor();
+                const Tensor vout = needed[k + 1] ? vals[k + 1].narrow(0, s0, len) : Tensor();
+                backward_step(be, chain->steps[k], gb, gsrc, vin, vout, scalars[k]);
+                gsrc = gb;
+              }
             }
           }
           gz = gbuf;
         }
-        if (!chain.linear_head) return autograd::variable_list{gz};
+        if (!chain->linear_head) return autograd::variable_list{gz};
         Tensor gx, gw, gbias;
         if (need_x) gx = troupe::mm(gz, sw.unpack());
         if (need_w) gw = troupe::mm(gz.t(), sx.unpack());
-        if (need_b) gbias = troupe::sum_to(gz, {sizes.back()});
+        if (need_b) gbias = troupe::sum_to(gz, {gz.size(-1)});
         autograd::variable_list r{gx, gw};
         if (has_b) r.push_back(gbias);
         return r;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,7 @@ namespace troupe::jit {
 
 /// A chain of elementwise ops fused into one node (prim::FusedChain): inputs (x) for an elementwise head,
 /// (x, weight, bias) for an aten::linear head (bias may be None); one output.
-struct FusedChain {
+struct FusedChain : std::enable_shared_from_this<FusedChain> {
   /// One elementwise op of the chain; `p` is its scalar (leaky_relu's slope, add's other * alpha, ...).
   struct Step {
     enum Kind { Relu, Sigmoid, Tanh, LeakyRelu, AddScalar, SubScalar, MulScalar, DivScalar } kind;
@@ -26,6 +27,9 @@ struct FusedChain {
   std::vector<Step> steps;
   /// The fused ops' names, in order ("aten::linear, aten::relu"), as graph printing shows them.
   std::string ops;
+  /// needed[k]: value k of the chain (0 its input, steps.size() its output) is read by a derivative; set by
+  /// fuse_elementwise (run_fused_chain works it out when it is not set).
+  std::vector<bool> needed;
 };
 
 /// Removes every node whose outputs are unused and that has no effect (constants, attribute reads, lists,
