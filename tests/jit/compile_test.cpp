@@ -9,6 +9,7 @@
 #include <troupe/jit/passes.h>
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/ops.h>
+#include <troupe/tensor/gradcheck.h>
 #include <troupe/tensor/random.h>
 
 #include "jit_models.h"
@@ -380,6 +381,42 @@ TEST(Compile, NoGradForwardKeepsNothing) {
   Tensor y = c->forward(x);
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(equal(y, net->forward(x)));
+}
+
+// The fused chain's own backward against finite differences (float64), with every step kind, after a
+// Linear head and on its own; the second one larger than a block, so the blocked loops are checked too.
+TEST(Compile, FusedChainGradcheck) {
+  using S = FusedChain::Step;
+  auto lin = std::make_shared<FusedChain>();
+  lin->linear_head = true;
+  lin->steps = {{S::MulScalar, 2.0}, {S::AddScalar, 0.5, 1.0}, {S::Tanh},      {S::SubScalar, 0.25, 2.0},
+                {S::LeakyRelu, 0.2}, {S::Sigmoid},            {S::DivScalar, 3.0}, {S::Relu}};
+  lin->ops = "test";
+  default_generator().manual_seed(10);
+  const TensorOptions f64 = TensorOptions().dtype(kFloat64);
+  Tensor x = randn({4, 5}, f64).requires_grad_(true), w = randn({3, 5}, f64).requires_grad_(true),
+         b = randn({3}, f64).requires_grad_(true);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const autograd::variable_list& in) {
+        return autograd::variable_list{run_fused_chain(*lin, {IValue(in[0]), IValue(in[1]), IValue(in[2])}).toTensor()};
+      },
+      {x, w, b}));
+  auto ew = std::make_shared<FusedChain>();
+  ew->steps = {{S::LeakyRelu, 0.1}, {S::Tanh}, {S::MulScalar, -1.5}, {S::Relu}, {S::Sigmoid}};
+  ew->ops = "test";
+  Tensor small = randn({6, 7}, f64).requires_grad_(true);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const autograd::variable_list& in) { return autograd::variable_list{run_fused_chain(*ew, {IValue(in[0])}).toTensor()}; },
+      {small}));
+  // larger than one block (16384 elements): the blocked loops give the eager ops' bits, forward and backward
+  Tensor big = randn({170, 100}), a = big.clone().requires_grad_(true), e = big.clone().requires_grad_(true);
+  Tensor fa = run_fused_chain(*ew, {IValue(a)}).toTensor();
+  Tensor fe = troupe::sigmoid(troupe::relu(troupe::mul(troupe::tanh(troupe::leaky_relu(e, 0.1)), -1.5)));
+  EXPECT_TRUE(equal(fa, fe));
+  Tensor gw = randn({170, 100});
+  (fa * gw).sum().backward();
+  (fe * gw).sum().backward();
+  EXPECT_TRUE(equal(a.grad(), e.grad())) << max_diff(a.grad(), e.grad());
 }
 
 TEST(Compile, CompiledGraphBeforeCompileThrows) {
