@@ -10,12 +10,14 @@
 // module's loss and gradients are checked against troupe eager (equal bit for bit) and against libtorch's
 // (relative 1e-4; gradients relative to the largest gradient of the model). Each row: median per call of
 // both sides over alternating samples; ratio = the median over back-to-back sample pairs of
-// peer_time / compiled_time (> 1: compiled faster). Flags: --quick, --threads=N, --samples=N,
+// peer_time / compiled_time (> 1: compiled faster). The eager comparison is also timed in process CPU time
+// (an informative row: on a loaded machine wall time mostly shows the scheduler's share). Flags: --quick, --threads=N, --samples=N,
 // --filter=SUBSTR, --strict.
 #include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -43,6 +45,47 @@ namespace nn = troupe::nn;
 namespace F = troupe::nn::functional;
 namespace jit = troupe::jit;
 [[maybe_unused]] const char* kNoTorch = "n/a (built without libtorch)";
+
+// The process's CPU time in ms (all threads): on a loaded machine, where wall time mostly measures how the
+// scheduler shared the cores, this is the work each side did.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// compare() on CPU time: alternating samples of at least cfg.sample_ms CPU ms each; medians per call and
+// the median over sample pairs of b / a.
+Comparison compare_cpu(const std::function<void()>& a, const std::function<void()>& b) {
+  auto reps_for = [](const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    const double t0 = cpu_ms();
+    int64_t n = 0;
+    while (cpu_ms() - t0 < cfg.warmup_ms / 4) {
+      f();
+      ++n;
+    }
+    return std::max<int64_t>(1, static_cast<int64_t>(n * cfg.sample_ms / std::max(cpu_ms() - t0, 1e-3)));
+  };
+  const int64_t ra = reps_for(a), rb = reps_for(b);
+  std::vector<double> ta, tb, ratios;
+  auto sample = [](const std::function<void()>& f, int64_t reps, std::vector<double>& out) {
+    const double t0 = cpu_ms();
+    for (int64_t i = 0; i < reps; ++i) f();
+    out.push_back((cpu_ms() - t0) / static_cast<double>(reps));
+  };
+  for (int s = 0; s < cfg.samples; ++s) {
+    if (s % 2 == 0) {
+      sample(a, ra, ta);
+      sample(b, rb, tb);
+    } else {
+      sample(b, rb, tb);
+      sample(a, ra, ta);
+    }
+    ratios.push_back(tb.back() / ta.back());
+  }
+  return {median(ta), median(tb), median(ratios)};
+}
 
 double max_rel(const troupe::Tensor& a, const troupe::Tensor& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0 : INFINITY;
@@ -92,6 +135,9 @@ void bench_case(const std::string& label, const std::shared_ptr<nn::Module>& net
   if (selected(eager_name)) {
     auto [tc, te, ratio] = compare([&] { do_not_optimize(step(*traced)); }, [&] { do_not_optimize(step(*net)); });
     row(eager_name, fmt_time(tc), "eager " + fmt_time(te), ratio, target);
+    auto [cc, ce, cratio] = compare_cpu([&] { do_not_optimize(step(*traced)); }, [&] { do_not_optimize(step(*net)); });
+    row(label + ": compiled vs troupe eager, CPU time", fmt_time(cc) + " cpu", "eager " + fmt_time(ce) + " cpu", cratio,
+        kNaN);
   }
 #if defined(TROUPE_HAVE_LIBTORCH)
   if (!selected(torch_name)) {
