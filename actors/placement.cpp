@@ -885,7 +885,7 @@ nn::IncompatibleKeys RemoteGroupModule::load_state_dict(const nn::StateDict& sd,
 
 // ---- hooks: registered by name on every host
 
-nn::RemovableHandle RemoteGroupModule::hook(const char* kind, const std::string& registered_name, const char* api,
+nn::RemovableHandle RemoteGroupModule::add_hook(const char* kind, const std::string& registered_name, const char* api,
                                             bool prepend, bool always_call) {
   if (registered_name.empty())
     throw std::invalid_argument(std::string("[") + api + "] " + what() +
@@ -902,30 +902,6 @@ nn::RemovableHandle RemoteGroupModule::hook(const char* kind, const std::string&
       }
     }
   });
-}
-
-nn::RemovableHandle RemoteGroupModule::register_state_dict_pre_hook(nn::StateDictPreHook, const std::string& name) {
-  return hook("state_dict_pre", name, "register_state_dict_pre_hook", false, false);
-}
-nn::RemovableHandle RemoteGroupModule::register_load_state_dict_post_hook(nn::LoadStateDictPostHook, const std::string& name) {
-  return hook("load_post", name, "register_load_state_dict_post_hook", false, false);
-}
-nn::RemovableHandle RemoteGroupModule::add_forward_pre_hook(nn::ForwardPreHookWithKwargs, bool prepend, bool,
-                                                            const std::string& name) {
-  return hook("forward_pre", name, "register_forward_pre_hook", prepend, false);
-}
-nn::RemovableHandle RemoteGroupModule::add_forward_hook(nn::ForwardHookWithKwargs, nn::HookOptions options, bool,
-                                                        const std::string& name) {
-  return hook("forward", name, "register_forward_hook", options.prepend, options.always_call);
-}
-nn::RemovableHandle RemoteGroupModule::add_backward_pre_hook(nn::BackwardPreHook, bool prepend, const std::string& name) {
-  return hook("backward_pre", name, "register_full_backward_pre_hook", prepend, false);
-}
-nn::RemovableHandle RemoteGroupModule::add_backward_hook(nn::BackwardHook, bool prepend, const std::string& name) {
-  return hook("backward", name, "register_full_backward_hook", prepend, false);
-}
-nn::RemovableHandle RemoteGroupModule::add_legacy_backward_hook(nn::BackwardHook, const std::string& name) {
-  return hook("legacy_backward", name, "register_backward_hook", false, false);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -117,19 +117,11 @@ class RemoteGroupModule : public RemoteModule {
   nn::IncompatibleKeys load_state_dict(const nn::StateDict& state_dict, bool strict = true, bool assign = false) override;
   nn::StateDictCheck check_state_dict(const nn::StateDict& state_dict, const std::string& prefix = "") override;
 
-  nn::RemovableHandle register_state_dict_pre_hook(nn::StateDictPreHook hook, const std::string& registered_name = "") override;
-  nn::RemovableHandle register_load_state_dict_post_hook(nn::LoadStateDictPostHook hook,
-                                                         const std::string& registered_name = "") override;
-  nn::RemovableHandle add_forward_pre_hook(nn::ForwardPreHookWithKwargs hook, bool prepend, bool with_kwargs,
-                                           const std::string& registered_name) override;
-  nn::RemovableHandle add_forward_hook(nn::ForwardHookWithKwargs hook, nn::HookOptions options, bool with_kwargs,
-                                       const std::string& registered_name) override;
-  nn::RemovableHandle add_backward_pre_hook(nn::BackwardPreHook hook, bool prepend, const std::string& registered_name) override;
-  nn::RemovableHandle add_backward_hook(nn::BackwardHook hook, bool prepend, const std::string& registered_name) override;
-  nn::RemovableHandle add_legacy_backward_hook(nn::BackwardHook hook, const std::string& registered_name) override;
-
  protected:
   void save_to_state_dict(nn::StateDict& out, const std::string& prefix, bool keep_vars) const override;
+  /// Hooks by name (RemoteModule's register_*_hook methods end here): registered on every host.
+  nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
+                               bool always_call) override;
 
  private:
   bool sharded() const { return placement_.kind == Placement::Kind::kSharded; }
@@ -146,8 +138,6 @@ class RemoteGroupModule : public RemoteModule {
   void refuse_below_sharded_root(const char* api) const;
   void refuse_below_root(const char* api) const;
   nn::Value run(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
-  nn::RemovableHandle hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
-                           bool always_call);
   RemoteModulePtr sub(const std::string& path, const std::string& class_name, bool training) const;
 
   Placement placement_;

@@ -204,14 +204,16 @@ class RemoteModule : public nn::Module {
 
  protected:
   void save_to_state_dict(nn::StateDict& out, const std::string& prefix, bool keep_vars) const override;
+  /// Every register_*_hook above lands here: `kind` names the host's hook list ("forward_pre", ...),
+  /// `api` the public method for errors; RemoteGroupModule sends it to every host of its group.
+  virtual nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api,
+                                       bool prepend, bool always_call);
 
  private:
   template <class R = Value, class... A>
   R ask(const std::string& method, A&&... args) const;
   Future<nn::Value> send_forward(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks, nn::Value* result = nullptr);
   nn::Value forward_now(const nn::Args& args, const nn::Kwargs& kwargs, bool hooks);
-  nn::RemovableHandle add_hook(const char* kind, const std::string& registered_name, const char* api, bool prepend,
-                               bool always_call) ;
   RemoteModulePtr sub(const std::string& path, const std::string& class_name, bool training) const;
 
   ActorRef host_;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <troupe/actors/auth.h>
 #include <troupe/actors/internal/caf_types.h>
 #include <troupe/actors/internal/gate.h>
+#include <troupe/util/env.h>
 #include <troupe/actors/internal/groups.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/runtime.h>
@@ -35,6 +37,8 @@ namespace detail {
 
 namespace {
 constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router fails expired requests
+// stop(): how long the actors of this process may take to end (a handler that runs must return first).
+constexpr auto kStopWait = std::chrono::seconds(10);
 // The lane (Calls and Replies between the processes of an MPI job as MPI messages; see System::lane_call).
 // Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
 // tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES).
@@ -51,18 +55,23 @@ constexpr int64_t kLaneWaitSpinUs = 50;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
 // 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
 // the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (a message above the eager limit needs a rendezvous, which costs the sender a scheduling round
-// on a loaded machine: 1-2 ms for 4 KB-1 MB, against CAF's 0.1-1.6 ms); one with a tensor of at least
-// kLaneBodyBytes takes the lane again, its big tensors as bodies (16 MB: 5-6 ms against CAF's 7.5-10 ms)
+// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20; a
+// larger eager limit, vader's 32 KB, did not change that: the hops' thread wake-ups cost it, not the
+// rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
+// bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
 // (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = 3072;
-constexpr int64_t kLaneBodyBytes = int64_t{4} << 20;
+constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
 
-int64_t env_int(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoll(v) : fallback;
+/// A whole-number tuning variable (>= `lo`): a bad value is an ActorError naming it (util/env.h).
+int64_t env_int(const char* name, int64_t fallback, int64_t lo = 0) {
+  try {
+    return util::env_int(name, fallback, lo);
+  } catch (const std::invalid_argument& e) {
+    throw ActorError(std::string("[actors] ") + e.what());
+  }
 }
 }  // namespace
 
@@ -341,7 +350,7 @@ class System {
     // DESIGN.md's measurements: the sharing policy and no middleman workers cut the cross-process
     // round trip from ~285 us to ~118 us.
     cfg_.set("scheduler.policy", caf::atom("sharing"));
-    cfg_.set("scheduler.max-threads", env_int("TROUPE_ACTOR_THREADS", 4));
+    cfg_.set("scheduler.max-threads", env_int("TROUPE_ACTOR_THREADS", 4, 1));
     if (networked_) {
       cfg_.load<caf::io::middleman>();
       cfg_.set("middleman.workers", int64_t{0});
@@ -351,6 +360,7 @@ class System {
     }
     system_ = std::make_unique<caf::actor_system>(cfg_);
     router_ = system_->spawn<caf::detached>(router_behavior, this);
+    watch_end(router_);
     services_.resize(size_);
     routers_.resize(size_);
     seq_in_.resize(size_);
@@ -397,6 +407,7 @@ class System {
     h->inline_ok = ActorAccess::inline_requests(*h->actor);
     caf::actor a = ActorAccess::own_thread(*h->actor) ? system_->spawn<caf::detached>(host_behavior, h)
                                                       : system_->spawn(host_behavior, h);
+    watch_end(a);
     h->addr = a.address();
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -772,6 +783,7 @@ class System {
   /// on an ephemeral port of `bind_addr` (null: every interface); returns the port.
   uint16_t publish(const std::string& secret, const char* bind_addr) {
     gate_ = spawn_gate(*system_, secret);
+    watch_end(gate_.mm);
     auto h = service(first_rank_).impl()->handle;
     try {
       return gate_publish(*system_, gate_, h, bind_addr);
@@ -822,14 +834,45 @@ class System {
     }
     for (auto& st : failed) st->fail("[actors] " + st->what() + " failed: the actor runtime stopped");
     failed.clear();  // a state's value may hold an ActorRef: none may outlive this into system_.reset()
-    for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+    // The shutdown order (each step bounded by kStopWait): every actor of this process and the router
+    // end, and each has finished its cleanup (end_watch_: a functor attached when it was spawned, so it
+    // runs after every monitor's down_msg was sent, the BASP broker's among them); then the gate; then
+    // the BASP broker, which thereby handles every down_msg queued before (each holds the ended actor);
+    // only then ~actor_system stops the middleman. Before, the middleman could stop the broker with a
+    // down_msg still in its mailbox, which a broker's cleanup does not drain: the detached router it
+    // held was never destroyed and ~actor_system waited for its thread for ever (1 run in 30-50 of
+    // `mpirun -np 3 launch_demo` on the loaded machine, with the lane or without).
+    std::vector<caf::actor> ending;
+    for (auto& a : actors)
+      if (auto h = caf::actor_cast<caf::actor>(a)) ending.push_back(std::move(h));
+    if (router_) ending.push_back(router_);
     router_ = nullptr;
+    size_t stuck = end_and_await(std::move(ending), caf::exit_reason::user_shutdown);
     gate_close(gate_);  // admits no connection from here on
-    if (gate_.mm) caf::anon_send_exit(gate_.mm, caf::exit_reason::user_shutdown);
+    // The gate is a middleman actor, which ignores every exit message but kill.
+    if (gate_.mm) stuck += end_and_await({gate_.mm}, caf::exit_reason::kill);
     gate_.mm = nullptr;
-    system_.reset();  // waits for every actor to end; the middleman closes its connections
-    lane_.reset();    // before MPI_Finalize (launch::finalize stops the actors first)
+    if (networked_ && stuck == 0) {
+      auto basp = system_->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+      watch_end(basp);
+      stuck += end_and_await({basp}, caf::exit_reason::kill);
+    }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      std::fill(routers_.begin(), routers_.end(), caf::actor());  // proxies: none outlives the system
+    }
+    if (stuck > 0) {
+      // One still runs a handler: ~actor_system would wait for it for ever. Leave the system to the
+      // process's end (its threads hold no MPI state; the lane is stopped already).
+      std::fprintf(stderr,
+                   "[actors] rank %d: %zu actor(s) did not end within %lld s of the runtime's stop (a handler still "
+                   "runs); the actor system is left to the process's exit\n",
+                   first_rank_, stuck, static_cast<long long>(kStopWait.count()));
+      (void)system_.release();
+    } else {
+      system_.reset();  // every actor ended: it stops the scheduler and the middleman (closes connections)
+    }
+    lane_.reset();  // before MPI_Finalize (launch::finalize stops the actors first)
   }
 
  private:
@@ -837,6 +880,36 @@ class System {
     CallStatePtr state;
     caf::actor_addr target;
   };
+
+  /// Records in end_watch_ when `a` has finished its cleanup. Called right after a spawn, before the
+  /// handle leaves this function: the functor is then the oldest attached one, which CAF runs last.
+  void watch_end(const caf::actor& a) {
+    if (!a) return;
+    auto w = end_watch_;
+    const caf::actor_id id = a.id();
+    a->attach_functor([w, id] {
+      std::lock_guard<std::mutex> g(w->mu);
+      w->ended.insert(id);
+      w->cv.notify_all();
+    });
+  }
+
+  /// Sends an exit (`how`) to each of `who` (watched by watch_end) and waits until each has finished its
+  /// cleanup, at most kStopWait in all; returns how many had not by then.
+  size_t end_and_await(std::vector<caf::actor> who, caf::exit_reason how) {
+    std::vector<caf::actor_id> ids;
+    for (auto& h : who) {
+      ids.push_back(h.id());
+      caf::anon_send_exit(h, how);
+    }
+    who.clear();  // our references go now: the last one may be dropped on the actor's own thread
+    std::unique_lock<std::mutex> g(end_watch_->mu);
+    auto left = [&] {
+      return static_cast<size_t>(std::count_if(ids.begin(), ids.end(), [&](caf::actor_id id) { return !end_watch_->ended.count(id); }));
+    };
+    end_watch_->cv.wait_for(g, kStopWait, [&] { return left() == 0; });
+    return left();
+  }
 
   /// The lane's InlineRunner: a waiter polls the lane itself (lane_wait).
   struct LaneWaiter : InlineRunner {
@@ -1144,6 +1217,13 @@ class System {
   std::atomic<size_t> n_dead_{0};
   std::vector<ActorRef> services_;
   std::vector<caf::actor_addr> local_actors_;
+  // Actors of this process that finished their cleanup (watch_end), for stop().
+  struct EndWatch {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::set<caf::actor_id> ended;
+  };
+  std::shared_ptr<EndWatch> end_watch_ = std::make_shared<EndWatch>();
   // The lane (see lane_call).
   std::shared_ptr<comm::MessageLane> lane_;
   std::atomic<bool> lane_on_{false};
@@ -1497,11 +1577,9 @@ constexpr int64_t kDataPlaneBytes = int64_t{1} << 20;
 
 /// TROUPE_ACTOR_LANE: "mpi" (or unset) takes the lane under mpirun, "caf" keeps every Call on CAF.
 bool lane_wanted() {
-  // Opt-in (TROUPE_ACTOR_LANE=mpi) for now: with the lane, 2 of 25 `mpirun -np 3 launch_demo` runs hung
-  // at exit after their work was done (CAF's path: 0 of 25); until that is found, CAF is the default.
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
-  if (!v || !*v || std::strcmp(v, "caf") == 0) return false;
-  if (std::strcmp(v, "mpi") == 0 || std::strcmp(v, "lane") == 0) return true;
+  if (!v || !*v || std::strcmp(v, "mpi") == 0 || std::strcmp(v, "lane") == 0) return true;
+  if (std::strcmp(v, "caf") == 0) return false;
   throw ActorError(std::string("[actors] TROUPE_ACTOR_LANE=") + v + ": expected mpi (the lane) or caf");
 }
 
@@ -1535,6 +1613,7 @@ std::vector<std::string> all_gather_text(const comm::ProcessGroupPtr& world, con
 
 std::vector<std::shared_ptr<Runtime>> start_local(int ranks) {
   if (ranks < 1) throw ActorError("[actors] start_local: needs at least one rank, got " + std::to_string(ranks));
+  (void)default_timeout();  // a bad TROUPE_ACTOR_TIMEOUT fails here, naming it
   auto sys = install(std::make_shared<detail::System>(0, ranks, ranks, false));
   try {
     sys->spawn_services();
@@ -1549,6 +1628,7 @@ std::vector<std::shared_ptr<Runtime>> start_local(int ranks) {
 
 std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
   const int rank = world->rank(), size = world->size();
+  (void)default_timeout();  // a bad TROUPE_ACTOR_TIMEOUT fails here on every rank, before any collective
   auto sys = install(std::make_shared<detail::System>(rank, 1, size, true));
   try {
     sys->spawn_services();
@@ -1578,8 +1658,7 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       o.name = "actors-data-plane";
       detail::g_data_plane.group = world->new_group(all, o);
       detail::g_data_plane.rank = rank;
-      const char* v = std::getenv("TROUPE_ACTOR_DATA_PLANE_BYTES");
-      detail::g_data_plane.threshold = v && *v ? std::atoll(v) : kDataPlaneBytes;
+      detail::g_data_plane.threshold = detail::env_int("TROUPE_ACTOR_DATA_PLANE_BYTES", kDataPlaneBytes, INT64_MIN);
       if (detail::g_data_plane.threshold.load() <= 0) detail::g_data_plane.threshold = std::numeric_limits<int64_t>::max();
       detail::g_has_data_plane.store(world->backend() != "local", std::memory_order_release);
     }

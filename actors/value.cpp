@@ -2,9 +2,11 @@
 #include <troupe/actors/actor.h>
 #include <troupe/actors/future.h>
 #include <troupe/actors/value.h>
+#include <troupe/util/env.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -35,19 +37,25 @@ void throw_argument(const std::string& method, size_t i, const std::exception& e
 // ---- timeouts
 
 namespace {
-std::chrono::milliseconds timeout_from_env() {
-  const char* v = std::getenv("TROUPE_ACTOR_TIMEOUT");
-  if (v && *v) {
-    char* end = nullptr;
-    double s = std::strtod(v, &end);
-    if (end != v && s > 0) return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
-  return std::chrono::seconds(60);
-}
-std::atomic<int64_t> g_timeout_ms{timeout_from_env().count()};
+// -1: not read yet. TROUPE_ACTOR_TIMEOUT is read on first use (the runtime's start uses it), so that a
+// bad value is an ActorError naming it rather than a silent 60 s or a throw during static init.
+std::atomic<int64_t> g_timeout_ms{-1};
 }  // namespace
 
-std::chrono::milliseconds default_timeout() { return std::chrono::milliseconds(g_timeout_ms.load()); }
+std::chrono::milliseconds default_timeout() {
+  int64_t ms = g_timeout_ms.load();
+  if (ms > 0) return std::chrono::milliseconds(ms);
+  double s = 60;
+  try {
+    s = util::env_number("TROUPE_ACTOR_TIMEOUT", 60.0);
+  } catch (const std::invalid_argument& e) {
+    throw ActorError(std::string("[actors] ") + e.what() + " (seconds before a request fails)");
+  }
+  ms = std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000)));
+  int64_t unset = -1;
+  g_timeout_ms.compare_exchange_strong(unset, ms);  // set_default_timeout() may have won the race
+  return std::chrono::milliseconds(g_timeout_ms.load());
+}
 void set_default_timeout(std::chrono::milliseconds t) {
   if (t.count() <= 0)
     throw ActorError("[actors::set_default_timeout] timeout must be positive, got " + std::to_string(t.count()) + " ms");

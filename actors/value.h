@@ -245,7 +245,8 @@ T from_value(const Value& v) {
   return ValueTraits<std::decay_t<T>>::from(v);
 }
 
-/// How long a request waits before it fails: TROUPE_ACTOR_TIMEOUT (seconds) when set, else 60 s.
+/// How long a request waits before it fails: TROUPE_ACTOR_TIMEOUT (seconds, a positive number) when set,
+/// else 60 s; a set value that is not a positive number throws ActorError naming it.
 std::chrono::milliseconds default_timeout();
 /// Sets default_timeout() for the process (`t` > 0; ActorError otherwise).
 void set_default_timeout(std::chrono::milliseconds t);

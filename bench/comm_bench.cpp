@@ -46,7 +46,8 @@ double time_loop(int iters, F f) {
 // (what the small all-reduce threshold, 64 KB by default, should be on this network).
 int threshold_sweep(const comm::ProcessGroupPtr& pg, bool quick) {
   const int me = pg->rank();
-  const int64_t saved = comm::detail::mpi_small_allreduce_bytes();
+  const int64_t saved = comm::detail::mpi_small_allreduce_bytes(*pg);
+  const bool spans = comm::detail::mpi_group_spans_hosts(*pg);
   if (me == 0) {
     std::printf("all_reduce latency by algorithm, %d ranks, float32 SUM (us per call; ratio = Iallreduce / doubling)\n", pg->size());
     std::printf("%10s %14s %14s %8s\n", "bytes", "doubling", "Iallreduce", "ratio");
@@ -78,10 +79,10 @@ int threshold_sweep(const comm::ProcessGroupPtr& pg, bool quick) {
     }
   }
   if (me == 0) {
-    std::printf("recursive doubling faster up to %lld bytes (largest size where it won; threshold in use: %lld)\n",
-                static_cast<long long>(crossover), static_cast<long long>(saved));
+    std::printf("recursive doubling faster up to %lld bytes (largest size where it won; threshold in use: %lld, the %s default)\n",
+                static_cast<long long>(crossover), static_cast<long long>(saved), spans ? "across-hosts" : "one-host");
   }
-  comm::detail::set_mpi_small_allreduce_bytes(saved);
+  comm::detail::set_mpi_small_allreduce_bytes(-1);
   return 0;
 }
 

@@ -113,6 +113,7 @@ class MpiProcessGroup : public ProcessGroup {
   std::string backend() const override { return "mpi"; }
   const GroupOptions& options() const override { return e_->options(); }
   uint64_t sequence_number() const override { return e_->sequence_number(); }
+  const Engine& engine() const { return *e_; }
 
   WorkPtr do_all_reduce(Tensor& tensor, ReduceOp op) override {
     const char* fn = "all_reduce";
@@ -295,7 +296,7 @@ class MpiProcessGroup : public ProcessGroup {
   /// The all-reduce's steps: troupe's recursive doubling for small buffers, MPI_Iallreduce otherwise.
   void add_allreduce_op(OpState& o, char* buf, int64_t n, MPI_Datatype type, Combine c) {
     if (size() > 1 && n <= max_count() &&
-        static_cast<int64_t>(n * type_size(type)) <= g_small_allreduce_bytes.load()) {
+        static_cast<int64_t>(n * type_size(type)) <= e_->small_allreduce_bytes()) {
       add_small_allreduce(o, e_->coll_comm(), rank(), size(), buf, n, type, c,
                           e_->scratch(std::max<size_t>(1, n * type_size(type))));
     } else {
@@ -417,8 +418,16 @@ void set_mpi_debug_checks(bool on) { g_debug.store(on); }
 
 namespace detail {
 void set_mpi_max_count(int64_t count) { g_max_count.store(count < 1 ? 1 : std::min<int64_t>(count, INT_MAX)); }
-void set_mpi_small_allreduce_bytes(int64_t bytes) { g_small_allreduce_bytes.store(std::max<int64_t>(0, bytes)); }
-int64_t mpi_small_allreduce_bytes() { return g_small_allreduce_bytes.load(); }
+void set_mpi_small_allreduce_bytes(int64_t bytes) { g_small_allreduce_override.store(std::max<int64_t>(-1, bytes)); }
+int64_t mpi_small_allreduce_bytes() { return g_small_allreduce_override.load(); }
+int64_t mpi_small_allreduce_bytes(const ProcessGroup& pg) {
+  auto* m = dynamic_cast<const MpiProcessGroup*>(&pg);
+  return m ? m->engine().small_allreduce_bytes() : -1;
+}
+bool mpi_group_spans_hosts(const ProcessGroup& pg) {
+  auto* m = dynamic_cast<const MpiProcessGroup*>(&pg);
+  return m && m->engine().spans_hosts();
+}
 }  // namespace detail
 
 ProcessGroupPtr make_mpi_world(GroupOptions options) {

@@ -6,7 +6,7 @@
 //   comm::mpi_finalize();
 //
 // Each group owns a duplicate communicator and runs its ops in issue order with nonblocking MPI
-// (MPI_Iallreduce, MPI_Ibcast, ...; all-reduces up to 64 KB run troupe's recursive doubling over
+// (MPI_Iallreduce, MPI_Ibcast, ...; all-reduces up to 64 KB (2 MB across hosts) run troupe's recursive doubling over
 // MPI_Isend / MPI_Irecv instead, cheaper than libnbc's schedules there), polled with MPI_Test until
 // done or the group's timeout; the ops
 // run on the group's worker thread, or on the thread that waits for them when the worker is idle (a
@@ -43,11 +43,16 @@ namespace detail {
 /// Largest element count passed to one MPI call (default INT_MAX); larger messages are split in
 /// chunks. Tests lower it to exercise the chunked paths.
 void set_mpi_max_count(int64_t count);
-/// All-reduces of at most this many bytes (default 64 KB) use troupe's recursive doubling; 0 turns it
-/// off (every all-reduce is an MPI_Iallreduce). Tests set it to run both paths.
+/// All-reduces of at most `bytes` use troupe's recursive doubling in every mpi group; 0 turns it off
+/// (every all-reduce is an MPI_Iallreduce); -1 goes back to the default by where a group's ranks live:
+/// 64 KB on one host, 2 MB when they span hosts. Tests and comm_bench set it to run both paths.
 void set_mpi_small_allreduce_bytes(int64_t bytes);
-/// The current threshold (set_mpi_small_allreduce_bytes).
+/// The threshold set by set_mpi_small_allreduce_bytes, or -1 (the defaults by host apply).
 int64_t mpi_small_allreduce_bytes();
+/// The threshold `pg` uses now (-1 when it is not an mpi group).
+int64_t mpi_small_allreduce_bytes(const ProcessGroup& pg);
+/// True when `pg` is an mpi group whose ranks are on more than one host.
+bool mpi_group_spans_hosts(const ProcessGroup& pg);
 }  // namespace detail
 
 }  // namespace troupe::comm

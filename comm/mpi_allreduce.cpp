@@ -96,7 +96,7 @@ void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, Combine c
   else throw std::logic_error("[all_reduce] no local reduction for this MPI type");
 }
 
-// All-reduces of at most this many bytes run troupe's recursive doubling over point-to-point messages
+// All-reduces of at most Engine::small_allreduce_bytes() (64 KB on one host, 2 MB across hosts) run troupe's recursive doubling over point-to-point messages
 // (one exchange of the whole buffer per doubling step) instead of MPI_Iallreduce, whose libnbc schedule
 // costs more than the transfer below ~256 KB (comm_bench: 4 KB took 4.2 us against MPI_Allreduce's 3.2
 // us, the exchange 2.7 us). Settable for tests (detail::set_mpi_small_allreduce_bytes).
@@ -181,7 +181,7 @@ WorkPtr Engine::allreduce_now(const Tensor& t, char* buf, int64_t n, MPI_Datatyp
   }
   begun_.store(static_cast<int64_t>(seq));
   const auto deadline = Clock::now() + opts_.timeout;
-  const bool small = static_cast<int64_t>(n * type_size(type)) <= g_small_allreduce_bytes.load();
+  const bool small = static_cast<int64_t>(n * type_size(type)) <= small_allreduce_bytes();
   Buffer tmp = small ? scratch(std::max<size_t>(1, static_cast<size_t>(n) * type_size(type))) : nullptr;
   const int count = static_cast<int>(n);
   // A failure: an op object after all (it keeps the buffers MPI may still use, and names the op).

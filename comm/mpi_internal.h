@@ -171,8 +171,14 @@ void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, Combine c
 /// The recursive doubling as steps of a queued op. `tmp` holds n elements (the partner's data).
 void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
                          Combine c, Buffer tmp);
-/// All-reduces of at most this many bytes run the recursive doubling (detail::set_mpi_small_allreduce_bytes).
-inline std::atomic<int64_t> g_small_allreduce_bytes{64 << 10};
+/// All-reduces of at most this many bytes run the recursive doubling, by where the group's ranks live
+/// (comm_bench --threshold, bench/results.txt): on one host (shared memory) it wins up to 32 KB and
+/// MPI_Iallreduce from 64 KB; across hosts on TCP every message round costs far more than the bytes and
+/// doubling (log2 p rounds) won up to 2 MB against Iallreduce's schedule.
+constexpr int64_t kSmallAllreduceOneHost = int64_t{64} << 10;
+constexpr int64_t kSmallAllreduceAcrossHosts = int64_t{2} << 20;
+/// detail::set_mpi_small_allreduce_bytes: one threshold for every group (tests, the bench), or -1: by host.
+inline std::atomic<int64_t> g_small_allreduce_override{-1};
 
 // ---- chunked MPI calls
 
@@ -217,6 +223,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
     MPI_Comm_set_errhandler(coll_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(diag_comm_, MPI_ERRORS_RETURN);
     small_plan_ = small_allreduce_plan(rank_, size_);
+    // Do the ranks share one host? (collective, like the dups above; the node communicator is only counted)
+    MPI_Comm node = MPI_COMM_NULL;
+    int on_node = size_;
+    if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      MPI_Comm_size(node, &on_node);
+      MPI_Comm_free(&node);
+    }
+    spans_hosts_ = on_node < size_;
     desc_ = std::make_shared<const std::string>(detail::group_desc(opts_.name, "mpi", rank_, size_, Device(kCPU)));
   }
   ~Engine() { shutdown("group destroyed"); }
@@ -232,6 +247,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int size() const { return size_; }
   MPI_Comm comm() const { return comm_; }
   MPI_Comm coll_comm() const { return coll_comm_; }
+  /// True when the group's ranks are on more than one host (MPI_COMM_TYPE_SHARED splits them).
+  bool spans_hosts() const { return spans_hosts_; }
+  /// All-reduces of at most this many bytes run the recursive doubling (see kSmallAllreduceOneHost).
+  int64_t small_allreduce_bytes() const {
+    const int64_t o = g_small_allreduce_override.load();
+    return o >= 0 ? o : spans_hosts_ ? kSmallAllreduceAcrossHosts : kSmallAllreduceOneHost;
+  }
 
   /// A staging buffer of at least `bytes`: the group's cached one when no op holds it any longer (ops
   /// keep theirs through op->buffers), else a new one, which becomes the cached one.
@@ -375,6 +397,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::mutex scratch_mu_;
   Buffer scratch_;
   std::vector<SmallStep> small_plan_;  // this rank's recursive-doubling exchanges
+  bool spans_hosts_ = false;
 
   // under diag_mu_ (serve_queries)
   std::mutex diag_mu_;

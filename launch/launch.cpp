@@ -44,6 +44,13 @@ std::string host_name() {
   return buf;
 }
 
+/// argv[0] without its directory, for one-line errors ("swa_actor: ...").
+std::string program_name(char** argv) {
+  std::string p = argv && argv[0] ? argv[0] : "troupe";
+  auto slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
 bool under_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
 
 int env_int(const char* name, int fallback) {
@@ -314,7 +321,13 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
                                   std::getenv("OMPI_COMM_WORLD_SIZE") +
                                   ": the ranks are mpirun's processes; drop --ranks");
     }
-    Context c = init(argc, argv);
+    Context c;
+    try {
+      c = init(argc, argv);
+    } catch (const std::exception& e) {  // a start that cannot happen (a bad TROUPE_* variable, ...): one line
+      std::fprintf(stderr, "%s: %s\n", program_name(argv).c_str(), e.what());
+      return 1;
+    }
     int code = main_fn(c);
     c.actor_runtime.reset();
     c.world.reset();
@@ -327,7 +340,14 @@ int run(int argc, char** argv, std::function<int(Context&)> main_fn) {
   StopActors stop_actors;
 #ifdef TROUPE_HAVE_ACTORS
   std::vector<std::shared_ptr<actors::Runtime>> runtimes;
-  if (actors_wanted()) runtimes = actors::start_local(ranks);
+  if (actors_wanted()) {
+    try {
+      runtimes = actors::start_local(ranks);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s\n", program_name(argv).c_str(), e.what());
+      return 1;
+    }
+  }
 #endif
 #ifdef TROUPE_HAVE_DASHBOARD
   // Destroyed before stop_actors runs: it asks rank 0's runtime.

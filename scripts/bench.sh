@@ -3,7 +3,7 @@
 # the output goes to the terminal and to bench/results.txt (committed).
 #   bash scripts/bench.sh [args for every benchmark, e.g. --benchmark_filter=matmul]
 set -euo pipefail
-export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the benches time the lane beside CAF (opt-in: see actors/system.cpp)
+export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the benches time the lane (the default) beside CAF
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh --with-torch

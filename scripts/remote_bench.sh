@@ -6,7 +6,7 @@
 # (target >= 3). With --append the output is also appended to bench/results.txt.
 #   bash scripts/remote_bench.sh [--append] [--quick]
 set -euo pipefail
-export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the bench times the lane beside CAF (opt-in: see actors/system.cpp)
+export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the bench times the lane (the default) beside CAF
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 append=0

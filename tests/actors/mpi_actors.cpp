@@ -21,6 +21,7 @@
 
 #include "actors_helpers.h"
 #include "jit_host_cases.h"
+#include "mpi_context.h"
 #include "remote_models.h"
 
 using namespace troupe;
@@ -28,39 +29,11 @@ using namespace troupe::actors;
 using namespace troupe::actors::testing;
 
 namespace {
-
-bool g_inited = false;
-
-launch::Context& mpi_context() {
-  static launch::Context ctx = [] {
-    g_inited = true;
-    register_test_actors();
-    register_remote_models();
-    int argc = 1;
-    std::string a0 = "actors_tests";
-    char* args[] = {a0.data(), nullptr};
-    char** argv = args;
-    return launch::init(argc, argv);
-  }();
-  return ctx;
+void register_all() {
+  register_test_actors();
+  register_remote_models();
 }
-
-// launch::finalize once the tests ran, while everything is alive (launch would otherwise do it when the
-// main thread ends).
-class FinalizeBeforeExit : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (g_inited) launch::finalize();
-  }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new FinalizeBeforeExit);
-
-#define MPI_ONLY()                                                                 \
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "needs mpirun";        \
-  launch::Context& ctx = mpi_context();                                            \
-  Runtime& rt = ctx.actors();                                                      \
-  (void)rt
-
+launch::Context& mpi_context() { return troupe::actors::testing::mpi_context("actors_tests", register_all); }
 }  // namespace
 
 TEST(MpiActors, ConnectedToEveryRank) {
@@ -142,7 +115,7 @@ TEST(MpiActors, EveryWireTypeCrossesAConnection) {
 
 std::string expected_path() {
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
-  return v && (std::string(v) == "mpi" || std::string(v) == "lane") ? "lane" : "caf";  // CAF unless asked
+  return v && std::string(v) == "caf" ? "caf" : "lane";  // the lane unless CAF is asked for
 }
 
 TEST(MpiLane, ItIsThePathUnlessCafIsAskedFor) {

@@ -3,6 +3,7 @@
 // last one. Skipped without mpirun.
 #include <cstdlib>
 
+#include "mpi_context.h"
 #include "supervision_cases.h"
 
 using namespace troupe;
@@ -10,36 +11,11 @@ using namespace troupe::actors;
 using namespace troupe::actors::testing;
 
 namespace {
-
-bool g_inited = false;
-
-launch::Context& mpi_context() {
-  static launch::Context ctx = [] {
-    g_inited = true;
-    register_test_actors();
-    register_chain();
-    int argc = 1;
-    std::string a0 = "actors_mpi_supervision";
-    char* args[] = {a0.data(), nullptr};
-    char** argv = args;
-    return launch::init(argc, argv);
-  }();
-  return ctx;
+void register_all() {
+  register_test_actors();
+  register_chain();
 }
-
-class FinalizeBeforeExit : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (g_inited) launch::finalize();
-  }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new FinalizeBeforeExit);
-
-#define MPI_ONLY()                                                          \
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "needs mpirun"; \
-  launch::Context& ctx = mpi_context();                                     \
-  Runtime& rt = ctx.actors()
-
+launch::Context& mpi_context() { return troupe::actors::testing::mpi_context("actors_mpi_supervision", register_all); }
 }  // namespace
 
 TEST(MpiSupervision, AHostStoppedMidTrainingEndsAtTheHandRestartedParameters) {

@@ -11,6 +11,9 @@
 
 #include <chrono>
 #include <climits>
+#include <cstring>
+#include <set>
+#include <string>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -158,15 +161,35 @@ TEST(MpiCollectives, AllReduceUInt8AndBool) {
   expect_all(b, [](int64_t) { return 1; }, "all_reduce bool PRODUCT of all true");
 }
 
-// All-reduces up to 64 KB run troupe's recursive doubling (with folding when the size is not a power of
+// A group knows whether its ranks share one host (the small all-reduce threshold depends on it): the
+// same answer as the ranks' host names, gathered (tests/multihost runs this suite across test hosts with
+// hostnames of their own).
+TEST(MpiCollectives, AGroupKnowsWhetherItSpansHosts) {
+  MPI_SETUP(pg);
+  constexpr int64_t kLen = 256;
+  char name[kLen] = {0};
+  ASSERT_EQ(gethostname(name, kLen - 1), 0);
+  Tensor mine = zeros({kLen}, TensorOptions().dtype(kUInt8));
+  std::memcpy(mine.data_ptr(), name, std::strlen(name));
+  Tensor all = zeros({pg->size() * kLen}, TensorOptions().dtype(kUInt8));
+  pg->all_gather_into_tensor(all, mine);
+  std::set<std::string> hosts;
+  for (int r = 0; r < pg->size(); ++r) hosts.insert(static_cast<const char*>(all.data_ptr()) + r * kLen);
+  EXPECT_EQ(comm::detail::mpi_group_spans_hosts(*pg), hosts.size() > 1) << hosts.size() << " host names";
+  EXPECT_EQ(comm::detail::mpi_small_allreduce_bytes(*pg), hosts.size() > 1 ? int64_t{2} << 20 : int64_t{64} << 10);
+}
+
+// All-reduces up to 64 KB (2 MB when the group spans hosts) run troupe's recursive doubling (with folding when the size is not a power of
 // two), larger ones MPI_Iallreduce; a synchronous call on an idle group runs either at once on its
 // thread, an async one is queued. Every path, across the threshold, on values whose sum depends on the
 // order: every rank must end with the same bits, and the paths agree to rounding.
 TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
   MPI_SETUP(pg);
   int n = pg->size(), me = pg->rank();
-  int64_t saved = comm::detail::mpi_small_allreduce_bytes();
-  ASSERT_EQ(saved, 64 << 10);
+  // The threshold by where the ranks live: 64 KB on one host, 2 MB across hosts (tests/multihost runs this).
+  ASSERT_EQ(comm::detail::mpi_small_allreduce_bytes(), -1);
+  const int64_t saved = comm::detail::mpi_small_allreduce_bytes(*pg);
+  ASSERT_EQ(saved, comm::detail::mpi_group_spans_hosts(*pg) ? int64_t{2} << 20 : int64_t{64} << 10);
   auto value = [&](int r, int64_t i) { return std::sin(0.37 * (r + 1) * (i + 1)) * std::pow(10.0, (i + r) % 7 - 3); };
   for (ScalarType dt : {kFloat32, kFloat64, kBFloat16}) {
     for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
@@ -227,7 +250,8 @@ TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
       EXPECT_EQ(xv[2], 2.0);
     }
   }
-  comm::detail::set_mpi_small_allreduce_bytes(saved);
+  comm::detail::set_mpi_small_allreduce_bytes(-1);
+  EXPECT_EQ(comm::detail::mpi_small_allreduce_bytes(*pg), saved);
 }
 
 TEST(MpiCollectives, BroadcastFromEveryRank) {
