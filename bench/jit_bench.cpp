@@ -144,7 +144,13 @@ void bench_case(const std::string& label, const std::shared_ptr<nn::Module>& net
     std::remove(archive.c_str());
     return;
   }
-  torch::jit::script::Module tm = torch::jit::load(archive);
+  torch::jit::script::Module tm;
+  try {
+    tm = torch::jit::load(archive);
+  } catch (...) {
+    std::remove(archive.c_str());
+    throw;
+  }
   std::remove(archive.c_str());
   torch::Tensor tx = to_torch(x), ty = to_torch(y);
   auto torch_step = [&] {
