@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -405,6 +406,25 @@ class ModuleHost : public Actor {
   int64_t next_id_ = 1;
 };
 
+// The built-in factory of ScriptModules: (archive bytes, compile).
+nn::ModulePtr build_script_module(const List& args) {
+  const std::string what = std::string("module factory '") + kScriptModuleFactory + "'";
+  if (args.size() != 2) detail::throw_arity(what, 2, args.size());
+  if (!args[0].is<std::string>() || !args[1].is<bool>())
+    throw ActorError("[actors] " + what + " takes (archive bytes as a string, compile as a bool)");
+  const std::string& bytes = args[0].as<std::string>();
+  jit::ScriptModulePtr m;
+  try {
+    std::istringstream in(bytes);
+    m = jit::load(in);
+  } catch (const std::exception& e) {
+    throw ActorError("[actors] " + what + ": the ScriptModule archive (" + std::to_string(bytes.size()) +
+                     " bytes) cannot be loaded: " + e.what());
+  }
+  if (args[1].as<bool>()) m->compile();
+  return m;
+}
+
 std::unique_ptr<Actor> make_host(const List& a) {
   if (a.size() != 3) detail::throw_arity("factory 'troupe.ModuleHost'", 3, a.size());
   return std::make_unique<ModuleHost>(detail::build_module(a));
@@ -412,6 +432,7 @@ std::unique_ptr<Actor> make_host(const List& a) {
 
 const bool g_host_registered = [] {
   register_factory("troupe.ModuleHost", make_host);
+  register_module_factory(kScriptModuleFactory, build_script_module);
   return true;
 }();
 }  // namespace
@@ -450,6 +471,13 @@ nn::ModulePtr build_module(const List& a) {
 }
 
 List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory, List args) {
+  if (factory.empty()) {
+    if (auto sm = std::dynamic_pointer_cast<jit::ScriptModule>(module)) {  // its archive travels, in every mode
+      std::ostringstream out;
+      sm->save(out);
+      return List{Value("factory"), Value(kScriptModuleFactory), Value(List{Value(out.str()), Value(sm->is_compiled())})};
+    }
+  }
   if (!rt.networked()) {
     int64_t id = g_next_handoff++;
     std::lock_guard<std::mutex> g(g_mu);
@@ -594,6 +622,11 @@ RemoteModulePtr make_root_proxy(Runtime& rt, int rank, List spawn_args, std::str
 }
 }  // namespace
 
+RemoteModulePtr host(Runtime& rt, const jit::ScriptModulePtr& module, int rank, std::string name) {
+  if (!module) throw ActorError("[actors] host(): the ScriptModule is null");
+  return host(rt, nn::ModulePtr(module), rank, "", {}, std::move(name));
+}
+
 RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List args, std::string name) {
   auto p = make_root_proxy(rt, rank, List{Value("factory"), Value(factory), Value(std::move(args))}, std::move(name));
   p->set_owner(true);
@@ -606,7 +639,23 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
   if (module->is_remote()) throw ActorError("[actors] host(): the module is already hosted (a RemoteModule)");
   RemoteModulePtr p;
   List spec = detail::module_spec(rt, module, rank, factory, std::move(args));
-  if (!rt.networked()) {
+  const bool from_archive = spec.at(0).as<std::string>() == "factory" && spec.at(1).as<std::string>() == kScriptModuleFactory;
+  if (from_archive) {
+    try {
+      p = make_root_proxy(rt, rank, std::move(spec), std::move(name));
+    } catch (const ActorError& e) {
+      throw ActorError("[actors] host(): rank " + std::to_string(rank) + " could not host the ScriptModule " +
+                       module->name() + ": " + e.what());
+    }
+    // the archive holds the state and the modes; requires_grad flags are not in it
+    auto local = module->named_parameters();
+    bool all = true, none = true;
+    for (const auto& [k, t] : local) (t.requires_grad() ? none : all) = false;
+    if (!local.empty() && none) p->requires_grad_(false);
+    else if (!all && !none)
+      throw ActorError("[actors] host(): a ScriptModule " + module->name() +
+                       " whose parameters are partly frozen cannot be hosted from its archive yet; freeze them on the host");
+  } else if (!rt.networked()) {
     try {
       p = make_root_proxy(rt, rank, spec, std::move(name));
     } catch (...) {

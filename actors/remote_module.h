@@ -28,6 +28,7 @@
 #include <troupe/actors/future.h>
 #include <troupe/actors/runtime.h>
 #include <troupe/actors/value.h>
+#include <troupe/jit/script_module.h>
 #include <troupe/nn/module.h>
 
 namespace troupe::optim {
@@ -91,6 +92,15 @@ RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List arg
 /// arguments) and loads the module's state_dict, training flag and requires_grad flags.
 RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory = "",
                      List args = {}, std::string name = "");
+
+/// The module factory a ScriptModule travels through: arguments (archive bytes as a string, compile as a
+/// bool); it loads the archive with jit::load (the host needs no C++ class) and compiles it when asked.
+inline constexpr const char* kScriptModuleFactory = "jit::ScriptModule";
+/// Hosts a traced module on `rank` (`actors::host(rt, jit::trace(net, x), rank)`): its archive (save()'s
+/// bytes) travels to the host, which loads it, compiled there when it was compiled here. In one process too
+/// the host gets its own copy from the bytes. host(rt, module, rank) and place() take this path for every
+/// ScriptModule. A host that cannot load the archive fails naming its rank and the archive's problem.
+RemoteModulePtr host(Runtime& rt, const jit::ScriptModulePtr& module, int rank, std::string name = "");
 
 // place() (a subtree to a rank, or replicated / sharded over a group of ranks): placement.h.
 

@@ -9,8 +9,12 @@
 // it returns a module.
 #include <zip.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <istream>
+#include <iterator>
+#include <ostream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -87,7 +91,10 @@ struct Saver {
         if (!sc)
           throw std::invalid_argument("[jit::save] submodule '" + k + "' of " + m.name() +
                                       " is a " + c->name() + ", not a traced ScriptModule");
-        head << "  " << k << " : " << sc->qualified_name() << "\n";
+        if (!k.empty() && std::isdigit(static_cast<unsigned char>(k[0])))  // Sequential's "0": PyTorch's spelling
+          head << "  __annotations__[\"" << k << "\"] = " << sc->qualified_name() << "\n";
+        else
+          head << "  " << k << " : " << sc->qualified_name() << "\n";
         w.str(k);
         module(w, *sc);
       }
@@ -113,7 +120,7 @@ std::string archive_name(const std::string& path) {
 
 }  // namespace
 
-void ScriptModule::save(const std::string& path, const ExtraFilesMap& extra_files) const {
+std::map<std::string, std::string> ScriptModule::archive_records(const ExtraFilesMap& extra_files) const {
   Saver s;
   pickle::Writer data;
   s.module(data, *this);
@@ -133,7 +140,68 @@ void ScriptModule::save(const std::string& path, const ExtraFilesMap& extra_file
   for (auto& [f, text] : files) s.records[f] = text;
   s.records["version"] = "3\n";
   for (const auto& [k, v] : extra_files) s.records["extra/" + k] = v;
+  return std::move(s.records);
+}
 
+namespace {
+
+// Adds every record under `prefix` (tensor data stored as is, as torch.jit.save does; code compressed).
+void add_records(zip_t* za, const std::map<std::string, std::string>& records, const std::string& prefix) {
+  for (const auto& [name, bytes] : records) {
+    zip_source_t* src = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
+    if (!src) throw std::runtime_error(zip_strerror(za));
+    const zip_int64_t idx = zip_file_add(za, (prefix + name).c_str(), src, ZIP_FL_ENC_UTF_8 | ZIP_FL_OVERWRITE);
+    if (idx < 0) {
+      zip_source_free(src);
+      throw std::runtime_error(zip_strerror(za));
+    }
+    const bool stored = name.rfind("data/", 0) == 0 || name.rfind("constants/", 0) == 0 || name.size() < 4 ||
+                        name.compare(name.size() - 3, 3, ".py") != 0;
+    zip_set_file_compression(za, static_cast<zip_uint64_t>(idx), stored ? ZIP_CM_STORE : ZIP_CM_DEFLATE, 0);
+  }
+}
+
+}  // namespace
+
+void ScriptModule::save(std::ostream& out, const ExtraFilesMap& extra_files) const {
+  const std::map<std::string, std::string> records = archive_records(extra_files);
+  zip_error_t ze;
+  zip_error_init(&ze);
+  zip_source_t* src = zip_source_buffer_create(nullptr, 0, 0, &ze);
+  zip_t* za = src ? zip_open_from_source(src, ZIP_TRUNCATE, &ze) : nullptr;
+  if (!za) {
+    std::string msg = zip_error_strerror(&ze);
+    zip_error_fini(&ze);
+    if (src) zip_source_free(src);
+    throw std::runtime_error("[jit::save] cannot make an archive in memory: " + msg);
+  }
+  zip_error_fini(&ze);
+  zip_source_keep(src);  // zip_close writes into it; it is read back below
+  std::string bytes;
+  try {
+    add_records(za, records, "archive/");
+    if (zip_close(za) != 0) throw std::runtime_error(zip_strerror(za));
+    za = nullptr;
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_source_open(src) != 0 || zip_source_stat(src, &st) != 0)
+      throw std::runtime_error(zip_error_strerror(zip_source_error(src)));
+    bytes.resize(st.size);
+    const zip_int64_t got = zip_source_read(src, bytes.data(), st.size);
+    zip_source_close(src);
+    if (got != static_cast<zip_int64_t>(st.size)) throw std::runtime_error("short read of the archive in memory");
+  } catch (const std::exception& e) {
+    if (za) zip_discard(za);
+    zip_source_free(src);
+    throw std::runtime_error(std::string("[jit::save] writing the archive to a stream failed: ") + e.what());
+  }
+  zip_source_free(src);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("[jit::save] the stream refused the archive's " + std::to_string(bytes.size()) + " bytes");
+}
+
+void ScriptModule::save(const std::string& path, const ExtraFilesMap& extra_files) const {
+  const std::map<std::string, std::string> records = archive_records(extra_files);
   const std::string prefix = archive_name(path) + "/";
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int err = 0;
@@ -146,19 +214,7 @@ void ScriptModule::save(const std::string& path, const ExtraFilesMap& extra_file
     throw std::runtime_error("[jit::save] cannot write " + tmp + ": " + msg);
   }
   try {
-    for (const auto& [name, bytes] : s.records) {
-      zip_source_t* src = zip_source_buffer(za, bytes.data(), bytes.size(), 0);
-      if (!src) throw std::runtime_error(zip_strerror(za));
-      const zip_int64_t idx = zip_file_add(za, (prefix + name).c_str(), src, ZIP_FL_ENC_UTF_8 | ZIP_FL_OVERWRITE);
-      if (idx < 0) {
-        zip_source_free(src);
-        throw std::runtime_error(zip_strerror(za));
-      }
-      // tensor data stored as is (as torch.jit.save), code compressed
-      const bool stored = name.rfind("data/", 0) == 0 || name.rfind("constants/", 0) == 0 || name.size() < 4 ||
-                          name.compare(name.size() - 3, 3, ".py") != 0;
-      zip_set_file_compression(za, static_cast<zip_uint64_t>(idx), stored ? ZIP_CM_STORE : ZIP_CM_DEFLATE, 0);
-    }
+    add_records(za, records, prefix);
     if (zip_close(za) != 0) throw std::runtime_error(zip_strerror(za));
   } catch (const std::exception& e) {
     zip_discard(za);
@@ -247,6 +303,9 @@ class ArchiveReader {
       zip_error_fini(&ze);
       throw std::runtime_error("[jit::load] " + path + " is not a readable TorchScript archive: " + msg);
     }
+    list_names();
+  }
+  void list_names() {
     const zip_int64_t n = zip_get_num_entries(za_, 0);
     for (zip_int64_t i = 0; i < n; ++i) {
       const char* name = zip_get_name(za_, static_cast<zip_uint64_t>(i), 0);
@@ -254,6 +313,21 @@ class ArchiveReader {
     }
     if (names_.empty()) fail("the archive is empty");
     prefix_ = names_[0].substr(0, names_[0].find('/') + 1);
+  }
+  /// An archive held in memory; `label` names it in errors.
+  ArchiveReader(std::string label, std::string bytes) : path_(std::move(label)), bytes_(std::move(bytes)) {
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t* src = zip_source_buffer_create(bytes_.data(), bytes_.size(), 0, &ze);
+    if (src) za_ = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
+    if (!za_) {
+      std::string msg = zip_error_strerror(&ze);
+      zip_error_fini(&ze);
+      if (src) zip_source_free(src);
+      throw std::runtime_error("[jit::load] " + path_ + " is not a readable TorchScript archive: " + msg);
+    }
+    zip_error_fini(&ze);
+    list_names();
   }
   ~ArchiveReader() {
     if (za_) zip_discard(za_);
@@ -297,6 +371,7 @@ class ArchiveReader {
 
  private:
   std::string path_;
+  std::string bytes_;  // the archive in memory (the buffer source reads it)
   zip_t* za_ = nullptr;
   std::vector<std::string> names_;
   std::string prefix_;
@@ -328,8 +403,9 @@ ScriptModulePtr build(const pickle::PValuePtr& obj, const std::map<std::string, 
 
 }  // namespace
 
-ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
-  ArchiveReader ar(path);
+namespace {
+
+ScriptModulePtr load_from(ArchiveReader& ar, const std::string& path, ExtraFilesMap& extra_files) {
   for (const char* rec : {"data.pkl", "constants.pkl", "version"})
     if (!ar.has(rec)) ar.fail(std::string("record ") + rec + " is missing: not a TorchScript archive, or a truncated one");
   std::vector<Tensor> constants;
@@ -358,9 +434,29 @@ ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
   return m;
 }
 
+}  // namespace
+
+ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
+  ArchiveReader ar(path);
+  return load_from(ar, path, extra_files);
+}
+
 ScriptModulePtr load(const std::string& path) {
   ExtraFilesMap none;
   return load(path, none);
+}
+
+ScriptModulePtr load(std::istream& in, ExtraFilesMap& extra_files) {
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string label = "the archive in memory (" + std::to_string(bytes.size()) + " bytes)";
+  if (bytes.empty()) throw std::runtime_error("[jit::load] " + label + " is empty: not a TorchScript archive");
+  ArchiveReader ar(label, std::move(bytes));
+  return load_from(ar, label, extra_files);
+}
+
+ScriptModulePtr load(std::istream& in) {
+  ExtraFilesMap none;
+  return load(in, none);
 }
 
 }  // namespace troupe::jit

@@ -178,6 +178,22 @@ void Graph::remove_dead_pure_nodes() {
   }
 }
 
+void Graph::erase(Node* n) {
+  auto it = std::find(order_.begin(), order_.end(), n);
+  if (it == order_.end()) return;
+  for (const Value* o : n->outputs)
+    if (!o->name.empty() && names_.count(o->name) && names_[o->name] == o) names_.erase(o->name);
+  order_.erase(it);
+}
+
+void Graph::replace_uses(const Value* from, Value* to) {
+  for (Node* n : order_)
+    for (Value*& in : n->inputs)
+      if (in == from) in = to;
+  for (Value*& o : outputs_)
+    if (o == from) o = to;
+}
+
 std::string Graph::str() const {
   std::ostringstream os;
   os << "graph(";
@@ -191,6 +207,8 @@ std::string Graph::str() const {
     os << " = " << n->kind;
     if (n->kind == "prim::GetAttr" || n->kind == "prim::CallMethod") {
       os << "[name=\"" << n->attr << "\"]";
+    } else if (n->kind == "prim::FusedChain") {
+      os << "[ops=\"" << n->attr << "\"]";
     } else if (n->kind == "prim::Constant" && !n->constant.isNone()) {
       os << "[value=" << constant_text(n->constant) << "]";
     }
@@ -219,6 +237,7 @@ std::shared_ptr<Graph> Graph::copy() const {
     Node* c = g->append(n->kind, ins, n->outputs.size());
     c->attr = n->attr;
     c->constant = n->constant;
+    c->fused = n->fused;
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       Value* o = c->outputs[i];
       o->type = n->outputs[i]->type;

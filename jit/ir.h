@@ -35,6 +35,7 @@ struct Type {
 };
 
 struct Node;
+struct FusedChain;  // jit/passes.h
 /// Runs one aten op on its arguments (schema order) and returns its single result (jit/ops.h).
 using OpFn = IValue (*)(const std::vector<IValue>& args);
 
@@ -57,6 +58,7 @@ struct Node {
   std::string attr;   // GetAttr / CallMethod: the attribute or method name
   IValue constant;    // prim::Constant: its value (None when the constant is None)
   mutable OpFn op = nullptr;  // aten ops: the function, found on first run
+  std::shared_ptr<const FusedChain> fused;  // prim::FusedChain (compile()): the chain it runs
 };
 
 /// A method's graph: inputs (the module itself first), nodes in order, outputs.
@@ -86,6 +88,10 @@ class Graph {
   size_t value_slots() const { return next_id_; }
   /// Removes nodes whose outputs are unused and that have no effect (constants, attribute reads, lists).
   void remove_dead_pure_nodes();
+  /// Removes `n` from the node order (its outputs must be unused by then).
+  void erase(Node* n);
+  /// Makes every use of `from` (node inputs and graph outputs) use `to` instead.
+  void replace_uses(const Value* from, Value* to);
 
   /// The printed form (torch.jit's `str(graph)`), ending in a newline.
   std::string str() const;

@@ -206,6 +206,15 @@ class Parser {
     ++p_;
     if (t.text == "True" || t.text == "False") return constant(IValue(t.text == "True"));
     if (t.text == "None") return constant(IValue());
+    if (t.text == "getattr") {  // getattr(owner, "0"): an attribute whose name is not an identifier
+      expect("(");
+      Value* owner = expr();
+      expect(",");
+      const Tok a = next();
+      if (a.kind != Tok::Str) fail("getattr with a name that is not a string literal");
+      expect(")");
+      return get_attr(owner, a.text);
+    }
     if (t.text == "CONSTANTS") {
       expect(".");
       const std::string c = next().text;

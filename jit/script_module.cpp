@@ -2,6 +2,7 @@
 // printed forms (graph, inlined_graph, code, code_with_constants).
 #include <troupe/jit/script_module.h>
 
+#include <cctype>
 #include <map>
 #include <set>
 #include <sstream>
@@ -10,6 +11,7 @@
 
 #include <troupe/jit/ops.h>
 #include <troupe/jit/parser.h>
+#include <troupe/jit/passes.h>
 
 namespace troupe::jit {
 
@@ -47,7 +49,8 @@ nn::Value ScriptModule::forward_args(const nn::Args& args, const nn::Kwargs& kwa
     if (!a.is_tensor()) throw std::invalid_argument("[jit] " + original_name_ + ".forward takes tensors, got " + a.kind());
     in.emplace_back(a.tensor());
   }
-  std::vector<IValue> out = run_graph(*graph_, *this, in);
+  std::vector<IValue> out = compiled_ && !children_have_hooks() ? run_compiled(*compiled_, frees_, *this, in)
+                                                                : run_graph(*graph_, *this, in);
   if (out.size() == 1) return nn::Value(out[0].toTensor());
   nn::Value::TensorTuple ts;
   for (const IValue& v : out) ts.push_back(v.toTensor());
@@ -57,7 +60,26 @@ nn::Value ScriptModule::forward_args(const nn::Args& args, const nn::Kwargs& kwa
 // ---------------------------------------------------------------------------------------------------
 // The interpreter
 
+namespace {
+
+std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs,
+                                   const std::vector<std::vector<size_t>>* frees);
+
+}  // namespace
+
 std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs) {
+  return run_graph_impl(graph, self, inputs, nullptr);
+}
+
+std::vector<IValue> ScriptModule::run_compiled(const Graph& graph, const std::vector<std::vector<size_t>>& frees,
+                                               ScriptModule& self, const std::vector<IValue>& inputs) {
+  return run_graph_impl(graph, self, inputs, &frees);
+}
+
+namespace {
+
+std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs,
+                                   const std::vector<std::vector<size_t>>* frees) {
   struct Slot {
     IValue v;
     ScriptModule* m = nullptr;
@@ -66,7 +88,9 @@ std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std:
   slots[graph.inputs()[0]->id].m = &self;
   for (size_t i = 0; i < inputs.size(); ++i) slots[graph.inputs()[i + 1]->id].v = inputs[i];
   std::vector<IValue> args;
-  for (const Node* n : graph.nodes()) {
+  const std::vector<Node*>& nodes = graph.nodes();
+  for (size_t ni = 0; ni < nodes.size(); ++ni) {
+    const Node* n = nodes[ni];
     Slot& out = slots[n->outputs.empty() ? 0 : n->outputs[0]->id];
     const std::string& k = n->kind;
     if (k == "prim::Constant") {
@@ -89,6 +113,10 @@ std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std:
       for (size_t i = 1; i < n->inputs.size(); ++i) cargs.emplace_back(slots[n->inputs[i]->id].v.toTensor());
       nn::Value r = m->call(std::move(cargs));  // its hooks run, as a module call's do
       out.v = r.tensor();
+    } else if (n->fused) {
+      args.clear();
+      for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
+      out.v = run_fused_chain(*n->fused, args);
     } else {
       if (!n->op) {
         n->op = find_op(k);
@@ -98,10 +126,46 @@ std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std:
       for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
       out.v = n->op(args);
     }
+    if (frees) {  // compiled: drop intermediates after their last use, so their buffers go back for reuse
+      args.clear();
+      for (size_t id : (*frees)[ni]) slots[id].v = IValue();
+    }
   }
   std::vector<IValue> result;
   for (const Value* o : graph.outputs()) result.push_back(slots[o->id].v);
   return result;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// compile()
+
+void ScriptModule::compile() {
+  std::shared_ptr<Graph> g = inline_graph();
+  eliminate_dead_code(*g);
+  fold_constants(*g);
+  eliminate_dead_code(*g);
+  fuse_elementwise(*g);
+  eliminate_dead_code(*g);
+  frees_ = last_uses(*g);
+  compiled_ = std::move(g);
+}
+
+std::string ScriptModule::compiled_graph() const {
+  if (!compiled_) throw std::runtime_error("[jit] " + original_name_ + " was not compiled: call compile() first");
+  return compiled_->str();
+}
+
+bool ScriptModule::children_have_hooks() const {
+  for (const auto& item : children_) {
+    const nn::Module* c = item.value().get();
+    if (!c) continue;
+    if (c->num_forward_pre_hooks() || c->num_forward_hooks() || c->num_backward_hooks()) return true;
+    const auto* sc = dynamic_cast<const ScriptModule*>(c);
+    if (sc ? sc->children_have_hooks() : !c->named_children().empty()) return true;  // a foreign subtree: keep its calls
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -225,8 +289,10 @@ class CodePrinter {
       }
       std::string e;
       if (k == "prim::GetAttr") {
-        e = take(n->inputs[0]) + "." + n->attr;
-        const std::string name = unique(n->attr);
+        // a name Python cannot spell after a dot (Sequential's "0") is read as PyTorch writes it
+        const bool ident = !n->attr.empty() && !std::isdigit(static_cast<unsigned char>(n->attr[0]));
+        e = ident ? take(n->inputs[0]) + "." + n->attr : "getattr(" + take(n->inputs[0]) + ", \"" + n->attr + "\")";
+        const std::string name = unique(ident ? n->attr : "_" + n->attr);
         body_ << "  " << name << " = " << e << "\n";
         expr_[n->outputs[0]] = name;
         continue;

@@ -4,6 +4,7 @@
 // functions eager code calls (so outputs and gradients equal the eager module's bit for bit).
 #pragma once
 
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,21 @@ class ScriptModule : public nn::Module {
   /// torch.jit.load) with `extra_files` under extra/; written to a temporary file and renamed, so `path`
   /// is either the old file or the whole new one.
   void save(const std::string& path, const ExtraFilesMap& extra_files = {}) const;
+  /// Writes the same archive to a stream (torch::jit::Module::save(std::ostream&)); its records sit under
+  /// `archive/`, as PyTorch names a stream's.
+  void save(std::ostream& out, const ExtraFilesMap& extra_files = {}) const;
+
+  /// Optimizes forward in place (torch.nn.Module.compile's spelling): inlines every submodule call, then
+  /// removes dead code, folds constants, fuses chains of elementwise ops (with a Linear's matmul + bias
+  /// add at their head) into one loop and one autograd node each, and frees every intermediate after its
+  /// last use. Outputs and gradients are the eager ones (the fused kernels call the same backend kernels);
+  /// graph(), code() and save() keep the traced graph. While a submodule has forward or backward hooks,
+  /// forward runs the traced graph (so they fire); a fused chain's backward cannot be differentiated again.
+  void compile();
+  /// Whether compile() ran.
+  bool is_compiled() const { return compiled_ != nullptr; }
+  /// The graph forward runs after compile(), printed (prim::FusedChain[ops="aten::linear, aten::relu"] ...).
+  std::string compiled_graph() const;
 
   /// The TorchScript class name (`__torch__.Net`, `__torch__.torch.nn.modules.linear.___torch_mangle_0.Linear`).
   const std::string& qualified_name() const { return qualified_name_; }
@@ -69,6 +85,12 @@ class ScriptModule : public nn::Module {
  private:
   std::string original_name_, qualified_name_;
   std::shared_ptr<Graph> graph_;
+  std::shared_ptr<Graph> compiled_;
+  std::vector<std::vector<size_t>> frees_;  // compiled_: slots cleared after each node
+  bool children_have_hooks() const;
+  std::map<std::string, std::string> archive_records(const ExtraFilesMap& extra_files) const;
+  static std::vector<IValue> run_compiled(const Graph& graph, const std::vector<std::vector<size_t>>& frees,
+                                          ScriptModule& self, const std::vector<IValue>& inputs);
 };
 
 /// Records `module` run on `example_inputs` into a ScriptModule (torch.jit.trace). With check_trace, runs
@@ -93,6 +115,11 @@ ScriptModulePtr trace(const H& holder, const Tensor& example_input, bool check_t
 ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files);
 /// load() without extra files.
 ScriptModulePtr load(const std::string& path);
+/// Reads an archive from a stream (torch::jit::load(std::istream&)): the bytes save(std::ostream&) or
+/// save(path) wrote; errors name "the archive in memory (<n> bytes)" instead of a path.
+ScriptModulePtr load(std::istream& in, ExtraFilesMap& extra_files);
+/// load(in) without extra files.
+ScriptModulePtr load(std::istream& in);
 
 /// Runs `graph` with `self` as its module input and `inputs` after it; the interpreter of ScriptModules.
 std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs);

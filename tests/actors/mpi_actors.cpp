@@ -20,6 +20,7 @@
 #include <troupe/tensor/ops.h>
 
 #include "actors_helpers.h"
+#include "jit_host_cases.h"
 #include "mpi_context.h"
 #include "remote_models.h"
 
@@ -478,5 +479,13 @@ TEST(MpiPlacement, ReplicatedAndShardedMatchTheLocalTree) {
     EXPECT_FALSE(enc->replicas()[1]->get_submodule("fc1")->is_training());
     EXPECT_TRUE(contains(placed->repr(), "(dec): [sharded({" + std::to_string(group[0]) + ", ")) << placed->repr();
   }
+  ctx.world->barrier();
+}
+
+// A traced ScriptModule hosted on the last rank from its archive bytes, across a real connection
+// (jit_host_cases.h); ctest actors_mpi_np2_jit runs only this.
+TEST(MpiJitHost, ScriptModuleFromItsArchiveMatchesTheLocalOne) {
+  MPI_ONLY();
+  if (ctx.rank == 0) check_hosted_script_module(rt, ctx.size - 1);
   ctx.world->barrier();
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <troupe/jit/jit.h>
+#include <troupe/nn/nn.h>
 #include <troupe/tensor/random.h>
 
 #include "common/fixtures.h"
@@ -187,6 +188,61 @@ TEST(Archive, WritesAnArchiveForPyTorch) {
   auto back = load(path);
   EXPECT_TRUE(equal(back->forward(x), y));
   if (!dir) std::remove(path.c_str());
+}
+
+// save(std::ostream&) / load(std::istream&): the bytes a file would hold, records under archive/; a file
+// saved by path loads from its bytes too; damaged bytes fail naming the archive in memory.
+TEST(Archive, StreamRoundTripAndDamagedBytes) {
+  default_generator().manual_seed(3);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({4, 32});
+  ScriptModulePtr t = trace(net, x);
+  std::ostringstream out;
+  t->save(out, {{"notes.txt", "v2"}});
+  const std::string bytes = out.str();
+  ASSERT_GT(bytes.size(), 100u);
+  EXPECT_NE(bytes.find("archive/data.pkl"), std::string::npos);
+  std::istringstream in(bytes);
+  ExtraFilesMap extra{{"notes.txt", ""}};
+  ScriptModulePtr back = load(in, extra);
+  EXPECT_EQ(extra["notes.txt"], "v2");
+  EXPECT_TRUE(equal(back->forward(x), t->forward(x)));
+  const std::string path = temp_path("stream.pt");
+  t->save(path);
+  std::istringstream from_file(read_file(path));
+  EXPECT_TRUE(equal(load(from_file)->forward(x), t->forward(x)));
+  std::remove(path.c_str());
+  for (size_t keep : {size_t{0}, size_t{10}, bytes.size() / 2, bytes.size() - 1}) {
+    std::istringstream cut(bytes.substr(0, keep));
+    try {
+      load(cut);
+      FAIL() << "loaded " << keep << " of " << bytes.size() << " bytes";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("[jit::load] the archive in memory (" + std::to_string(keep) + " bytes)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// A Sequential's children are named "0", "1", ...: code() reads them as PyTorch writes them
+// (`_0 = getattr(self, "0")`), the class block declares them as `__annotations__["0"] = ...` (code is
+// stored deflated, so that line is checked by loading), and the archive loads back (PyTorch 1.13 loads it too: bench/jit_bench runs torch::jit::load on such archives).
+TEST(Archive, SequentialChildrenWithNumericNames) {
+  default_generator().manual_seed(4);
+  auto net = std::make_shared<nn::SequentialImpl>(std::make_shared<nn::LinearImpl>(3, 5), std::make_shared<nn::ReLUImpl>(),
+                                                  std::make_shared<nn::LinearImpl>(5, 2));
+  Tensor x = randn({4, 3});
+  ScriptModulePtr t = trace(net, x);
+  const std::string code = t->code();
+  EXPECT_NE(code.find("_0 = getattr(self, \"0\")"), std::string::npos) << code;
+  EXPECT_EQ(code.find("self.0"), std::string::npos) << code;
+  std::ostringstream out;
+  t->save(out);
+  std::istringstream in(out.str());
+  ScriptModulePtr back = load(in);
+  EXPECT_EQ(back->named_children().keys(), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_TRUE(equal(back->forward(x), t->forward(x)));
 }
 
 }  // namespace

@@ -1,0 +1,423 @@
+// The passes of ScriptModule::compile() and the kernel of prim::FusedChain (see passes.h).
+#include <troupe/jit/passes.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <troupe/jit/ops.h>
+#include <troupe/tensor/autograd.h>
+#include <troupe/tensor/backend.h>
+#include <troupe/tensor/ops.h>
+
+namespace troupe::jit {
+
+namespace {
+
+bool is_const(const Value* v) { return v->node && v->node->kind == "prim::Constant"; }
+bool is_number_const(const Value* v) {
+  return is_const(v) && (v->node->constant.isInt() || v->node->constant.isDouble());
+}
+double number_of(const Value* v) {
+  const IValue& c = v->node->constant;
+  return c.isInt() ? static_cast<double>(c.toInt()) : c.toDouble();
+}
+
+// Ops whose result depends on more than their arguments (random) or that change state beside their result.
+bool has_effect(const Node* n) {
+  const std::string& k = n->kind;
+  if (k == "prim::Constant" || k == "prim::GetAttr" || k == "prim::ListConstruct" || k == "prim::TupleConstruct" ||
+      k == "prim::FusedChain")
+    return false;
+  if (k.rfind("aten::", 0) != 0) return true;  // prim::CallMethod (hooks) and anything unknown
+  if (k.back() == '_') return true;             // in place
+  static const std::set<std::string> random = {"aten::dropout",   "aten::feature_dropout", "aten::alpha_dropout",
+                                               "aten::bernoulli", "aten::rand",            "aten::randn",
+                                               "aten::rand_like", "aten::randn_like",      "aten::normal",
+                                               "aten::uniform",   "aten::multinomial"};
+  if (random.count(k)) return true;
+  if (k == "aten::batch_norm" || k == "aten::instance_norm") {
+    // running statistics are updated in training mode (argument `training` / `use_input_stats`)
+    const Value* training = n->inputs.size() > 5 ? n->inputs[5] : nullptr;
+    return !(training && is_const(training) && training->node->constant.isBool() && !training->node->constant.toBool());
+  }
+  return false;
+}
+
+std::map<const Value*, int> use_counts(const Graph& g) {
+  std::map<const Value*, int> uses;
+  for (const Node* n : g.nodes())
+    for (const Value* in : n->inputs) ++uses[in];
+  for (const Value* o : g.outputs()) ++uses[o];
+  return uses;
+}
+
+}  // namespace
+
+size_t eliminate_dead_code(Graph& g) {
+  size_t removed = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::map<const Value*, int> uses = use_counts(g);
+    std::vector<Node*> nodes = g.nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* n = *it;
+      bool used = false;
+      for (const Value* o : n->outputs) used = used || uses[o] > 0;
+      if (used || has_effect(n)) continue;
+      for (const Value* in : n->inputs) --uses[in];
+      g.erase(n);
+      ++removed;
+      changed = true;
+    }
+  }
+  return removed;
+}
+
+size_t fold_constants(Graph& g) {
+  size_t folded = 0;
+  std::vector<Node*> nodes = g.nodes();
+  std::map<const Value*, int> uses = use_counts(g);
+  // values an in-place op changes: folding them would let the op change the constant itself
+  std::set<const Value*> mutated;
+  for (const Node* n : nodes)
+    if (n->kind.back() == '_' && !n->inputs.empty()) mutated.insert(n->inputs[0]);
+  for (Node* n : nodes) {
+    const bool list = n->kind == "prim::ListConstruct";
+    if (!list && (n->kind.rfind("aten::", 0) != 0 || has_effect(n))) continue;
+    if (n->outputs.size() != 1 || n->inputs.empty() || mutated.count(n->outputs[0])) continue;
+    bool all_const = true;
+    for (const Value* in : n->inputs) all_const = all_const && is_const(in);
+    if (!all_const) continue;
+    IValue result;
+    if (list) {
+      std::vector<int64_t> l;
+      bool ints = true;
+      for (const Value* in : n->inputs) {
+        ints = ints && in->node->constant.isInt();
+        if (ints) l.push_back(in->node->constant.toInt());
+      }
+      if (!ints) continue;
+      result = IValue(std::move(l));
+    } else {
+      OpFn fn = find_op(n->kind);
+      if (!fn) continue;
+      std::vector<IValue> args;
+      for (const Value* in : n->inputs) args.push_back(in->node->constant);
+      NoGradGuard no_grad;
+      result = fn(args);
+    }
+    Node* c = g.insert(n, "prim::Constant", {}, 1);
+    c->constant = result;
+    c->outputs[0]->type = n->outputs[0]->type;
+    g.replace_uses(n->outputs[0], c->outputs[0]);
+    g.erase(n);
+    ++folded;
+  }
+  (void)uses;
+  return folded;
+}
+
+namespace {
+
+// The step an elementwise node makes, when it can join a chain (its first input is the chained value).
+bool as_step(const Node* n, FusedChain::Step& s) {
+  const std::string& k = n->kind;
+  const size_t ni = n->inputs.size();
+  if ((k == "aten::relu" || k == "aten::relu_") && ni == 1) return s = {FusedChain::Step::Relu}, true;
+  if (k == "aten::sigmoid" && ni == 1) return s = {FusedChain::Step::Sigmoid}, true;
+  if (k == "aten::tanh" && ni == 1) return s = {FusedChain::Step::Tanh}, true;
+  if ((k == "aten::leaky_relu" || k == "aten::leaky_relu_") && ni == 2 && is_number_const(n->inputs[1]))
+    return s = {FusedChain::Step::LeakyRelu, number_of(n->inputs[1])}, true;
+  if ((k == "aten::add" || k == "aten::sub") && ni == 3 && is_number_const(n->inputs[1]) && is_number_const(n->inputs[2]))
+    return s = {k == "aten::add" ? FusedChain::Step::AddScalar : FusedChain::Step::SubScalar, number_of(n->inputs[1]),
+                number_of(n->inputs[2])},
+           true;
+  if ((k == "aten::mul" || k == "aten::div") && ni == 2 && is_number_const(n->inputs[1]))
+    return s = {k == "aten::mul" ? FusedChain::Step::MulScalar : FusedChain::Step::DivScalar, number_of(n->inputs[1])}, true;
+  return false;
+}
+
+}  // namespace
+
+static std::vector<bool> needed_values(const FusedChain& c);
+
+size_t fuse_elementwise(Graph& g) {
+  size_t made = 0;
+  std::map<const Value*, int> uses = use_counts(g);
+  std::set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
+  std::map<const Value*, Node*> user;  // the single user of a value used once
+  for (Node* n : g.nodes())
+    for (const Value* in : n->inputs)
+      if (uses[in] == 1) user[in] = n;
+  std::set<const Node*> taken;
+  std::vector<Node*> nodes = g.nodes();
+  for (Node* head : nodes) {
+    if (taken.count(head)) continue;
+    auto chain = std::make_shared<FusedChain>();
+    std::vector<Node*> members{head};
+    std::vector<Value*> inputs;
+    FusedChain::Step s{};
+    if (head->kind == "aten::linear" && head->inputs.size() == 3) {
+      chain->linear_head = true;
+      inputs = {head->inputs[0], head->inputs[1], head->inputs[2]};
+      chain->ops = "aten::linear";
+    } else if (head->kind.back() != '_' && as_step(head, s)) {  // relu_ on a value from outside stays in place
+      chain->steps.push_back(s);
+      inputs = {head->inputs[0]};
+      chain->ops = head->kind;
+    } else {
+      continue;
+    }
+    Value* cur = head->outputs[0];
+    while (uses[cur] == 1 && !outputs.count(cur) && user.count(cur)) {
+      Node* next = user[cur];
+      if (taken.count(next) || next->inputs.empty() || next->inputs[0] != cur || !as_step(next, s)) break;
+      // the chained value must be the op's tensor operand only (add(x, x) is not a scalar op anyway)
+      chain->steps.push_back(s);
+      chain->ops += ", " + next->kind;
+      members.push_back(next);
+      cur = next->outputs[0];
+    }
+    if (!chain->linear_head && chain->steps.size() < 2) continue;  // one op alone: nothing to gain
+    chain->needed = needed_values(*chain);
+    Node* last = members.back();
+    Node* f = g.insert(last, "prim::FusedChain", inputs, 1);
+    f->fused = chain;
+    f->attr = chain->ops;
+    f->outputs[0]->type = last->outputs[0]->type;
+    const std::string name = last->outputs[0]->name;
+    g.replace_uses(last->outputs[0], f->outputs[0]);
+    for (auto it = members.rbegin(); it != members.rend(); ++it) {
+      g.erase(*it);
+      taken.insert(*it);
+    }
+    if (!name.empty()) g.set_name(f->outputs[0], name);
+    ++made;
+  }
+  return made;
+}
+
+std::vector<std::vector<size_t>> last_uses(const Graph& g) {
+  const std::vector<Node*>& nodes = g.nodes();
+  std::unordered_map<const Value*, size_t> last;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const Value* in : nodes[i]->inputs) last[in] = i;
+  std::set<const Value*> keep(g.outputs().begin(), g.outputs().end());
+  for (const Value* in : g.inputs()) keep.insert(in);
+  std::vector<std::vector<size_t>> frees(nodes.size());
+  for (const auto& [v, i] : last)
+    if (!keep.count(v) && !is_const(v)) frees[i].push_back(v->id);
+  for (auto& f : frees) std::sort(f.begin(), f.end());
+  return frees;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The fused chain's kernel
+
+namespace {
+
+using Step = FusedChain::Step;
+
+// Whether step k's derivative needs its input value (v_k) or its output value (v_{k+1}).
+bool needs_in(const Step& s) { return s.kind == Step::LeakyRelu; }
+bool needs_out(const Step& s) { return s.kind == Step::Relu || s.kind == Step::Sigmoid || s.kind == Step::Tanh; }
+
+// out = step(in) on one block, through the backend kernels the eager ops use (so results are the same bits).
+void forward_step(Backend& be, const Step& s, const Tensor& out, const Tensor& in, const Tensor& scalar) {
+  switch (s.kind) {
+    case Step::Relu: be.unary(UnaryOp::Relu, out, in, 0, 0); break;
+    case Step::Sigmoid: be.unary(UnaryOp::Sigmoid, out, in, 0, 0); break;
+    case Step::Tanh: be.unary(UnaryOp::Tanh, out, in, 0, 0); break;
+    case Step::LeakyRelu: be.unary(UnaryOp::LeakyRelu, out, in, s.p, 0); break;
+    case Step::AddScalar: be.binary(BinaryOp::Add, out, in, scalar.expand(out.sizes()), s.alpha); break;
+    case Step::SubScalar: be.binary(BinaryOp::Sub, out, in, scalar.expand(out.sizes()), s.alpha); break;
+    case Step::MulScalar: be.binary(BinaryOp::Mul, out, in, scalar.expand(out.sizes()), 1); break;
+    case Step::DivScalar: be.binary(BinaryOp::Div, out, in, scalar.expand(out.sizes()), 1); break;
+  }
+}
+
+// g_in = g_out * step'(...) on one block; `v_in` / `v_out` are the step's saved input / output values.
+void backward_step(Backend& be, const Step& s, const Tensor& gin, const Tensor& gout, const Tensor& v_in,
+                   const Tensor& v_out, const Tensor& scalar) {
+  switch (s.kind) {
+    case Step::Relu: be.binary(BinaryOp::ReluGrad, gin, gout, v_out, 1); break;
+    case Step::Sigmoid: be.binary(BinaryOp::SigmoidGrad, gin, gout, v_out, 1); break;
+    case Step::Tanh: be.binary(BinaryOp::TanhGrad, gin, gout, v_out, 1); break;
+    case Step::LeakyRelu: be.binary(BinaryOp::LeakyReluGrad, gin, gout, v_in, s.p); break;
+    case Step::AddScalar:
+    case Step::SubScalar:
+      if (!gin.is_same(gout)) be.copy(gin, gout);
+      break;
+    case Step::MulScalar: be.binary(BinaryOp::Mul, gin, gout, scalar.expand(gin.sizes()), 1); break;
+    case Step::DivScalar: be.binary(BinaryOp::Div, gin, gout, scalar.expand(gin.sizes()), 1); break;
+  }
+}
+
+constexpr int64_t kBlock = 16384;  // elements per block: a block of float32 and its saved copies stay in L2
+
+// The ops one by one through troupe's own functions: inputs the kernel does not take (other dtypes, devices,
+// shapes, strides) and the reference the kernel must equal.
+Tensor run_unfused(const FusedChain& c, const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor v = c.linear_head ? troupe::linear(x, w, b) : x;
+  for (const Step& s : c.steps) {
+    switch (s.kind) {
+      case Step::Relu: v = troupe::relu(v); break;
+      case Step::Sigmoid: v = troupe::sigmoid(v); break;
+      case Step::Tanh: v = troupe::tanh(v); break;
+      case Step::LeakyRelu: v = troupe::leaky_relu(v, s.p); break;
+      case Step::AddScalar: v = troupe::add(v, Scalar(s.p), Scalar(s.alpha)); break;
+      case Step::SubScalar: v = troupe::sub(v, Scalar(s.p), Scalar(s.alpha)); break;
+      case Step::MulScalar: v = troupe::mul(v, Scalar(s.p)); break;
+      case Step::DivScalar: v = troupe::div(v, Scalar(s.p)); break;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+static std::vector<bool> needed_values(const FusedChain& c) {
+  if (c.needed.size() == c.steps.size() + 1) return c.needed;
+  std::vector<bool> needed(c.steps.size() + 1, false);
+  for (size_t k = 0; k < c.steps.size(); ++k) {
+    if (needs_in(c.steps[k])) needed[k] = true;
+    if (needs_out(c.steps[k])) needed[k + 1] = true;
+  }
+  return needed;
+}
+
+IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
+  const Tensor x = args.at(0).toTensor();
+  const Tensor w = c.linear_head ? args.at(1).toTensor() : Tensor();
+  const Tensor b = c.linear_head && !args.at(2).isNone() ? args.at(2).toTensor() : Tensor();
+  const bool floating = x.dtype() == kFloat32 || x.dtype() == kFloat64;
+  bool fast = x.defined() && floating && x.is_cpu() && x.is_contiguous() && x.numel() > 0;
+  if (fast && c.linear_head)
+    fast = x.dim() == 2 && w.defined() && w.dim() == 2 && w.is_cpu() && w.dtype() == x.dtype() && w.is_contiguous() &&
+           w.size(1) == x.size(1) &&
+           (!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype() && b.is_cpu() && b.is_contiguous()));
+  if (!fast) return run_unfused(c, x, w, b);
+
+  const size_t n = c.steps.size();
+  const std::vector<bool> needed = needed_values(c);
+  autograd::variable_list inputs{x};
+  if (c.linear_head) {
+    inputs.push_back(w);
+    if (b.defined()) inputs.push_back(b);
+  }
+  const bool grad = autograd::any_requires_grad(inputs);
+
+  Backend& be = backend(x);
+  Tensor out;
+  std::vector<Tensor> saved(n + 1);  // copies of needed intermediates (v_0 .. v_{n-1}) when they are overwritten
+  std::vector<Tensor> scalars(n);
+  {
+    NoGradGuard no_grad;
+    for (size_t k = 0; k < n; ++k)
+      if (c.steps[k].kind >= Step::AddScalar) scalars[k] = troupe::scalar_tensor(Scalar(c.steps[k].p), x.options());
+    if (c.linear_head) {
+      out = b.defined() ? troupe::addmm(b, x, w.t()) : troupe::mm(x, w.t());  // the gemm writes the buffer the chain reuses
+    } else {
+      out = empty(x.sizes(), x.options());
+    }
+    const int64_t numel = out.numel();
+    const bool one_block = numel <= kBlock;  // the common case: no flat views at all
+    if (grad)
+      for (size_t k = 0; k < n; ++k)
+        if (needed[k] && (k > 0 || c.linear_head)) saved[k] = empty(out.sizes(), x.options());
+    if (one_block) {
+      Tensor src = c.linear_head ? out : x;
+      for (size_t k = 0; k < n; ++k) {
+        if (saved[k].defined()) be.copy(saved[k], src);
+        forward_step(be, c.steps[k], out, src, scalars[k]);
+        src = out;
+      }
+    } else {
+      const Tensor flat_out = out.view({numel});
+      const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
+      std::vector<Tensor> flat_saved(n + 1);
+      for (size_t k = 0; k < n; ++k)
+        if (saved[k].defined()) flat_saved[k] = saved[k].view({numel});
+      for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
+        const int64_t len = std::min(kBlock, numel - s0);
+        const Tensor ob = flat_out.narrow(0, s0, len);
+        Tensor src = flat_in.narrow(0, s0, len);
+        for (size_t k = 0; k < n; ++k) {
+          if (flat_saved[k].defined()) be.copy(flat_saved[k].narrow(0, s0, len), src);
+          forward_step(be, c.steps[k], ob, src, scalars[k]);
+          src = ob;
+        }
+      }
+    }
+  }
+  if (!grad) return out;
+
+  const bool need_x = x.requires_grad(), need_w = c.linear_head && w.requires_grad(),
+             need_b = c.linear_head && b.defined() && b.requires_grad();
+  std::shared_ptr<const FusedChain> chain = c.weak_from_this().lock();
+  if (!chain) chain = std::make_shared<FusedChain>(c);
+  autograd::record(
+      "FusedChainBackward", inputs, out,
+      [chain = std::move(chain), saved = std::move(saved), scalars = std::move(scalars),
+       sx = autograd::SavedVariable((need_w || (!c.linear_head && needed[0])) ? x : Tensor(), false),
+       sw = autograd::SavedVariable(need_x && c.linear_head ? w : Tensor(), false),
+       sout = autograd::SavedVariable(needed[n] ? out : Tensor(), true), need_x, need_w, need_b,
+       has_b = b.defined()](const autograd::variable_list& g) {
+        if (autograd::GradMode::is_enabled())
+          throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + chain->ops +
+                                   ") cannot be differentiated again (create_graph=True); run the module without "
+                                   "compile() for double backward");
+        const size_t n = chain->steps.size();
+        Tensor gz = g[0].contiguous();
+        if (n > 0) {
+          const std::vector<bool> needed = needed_values(*chain);
+          Backend& be = backend(gz);
+          const int64_t numel = gz.numel();
+          Tensor gbuf = empty(gz.sizes(), gz.options());
+          std::vector<Tensor> vals(n + 1);  // v_k where needed
+          for (size_t k = 0; k <= n; ++k) {
+            if (!needed[k]) continue;
+            if (k == n) vals[k] = sout.unpack();
+            else if (saved[k].defined()) vals[k] = saved[k];
+            else vals[k] = sx.unpack();  // v_0 is the input itself (elementwise head)
+          }
+          if (numel <= kBlock) {
+            Tensor gsrc = gz;
+            for (size_t k = n; k-- > 0;) {
+              backward_step(be, chain->steps[k], gbuf, gsrc, vals[k], vals[k + 1], scalars[k]);
+              gsrc = gbuf;
+            }
+          } else {
+            const Tensor flat_g = gz.view({numel}), flat_gbuf = gbuf.view({numel});
+            for (auto& v : vals)
+              if (v.defined()) v = v.reshape({numel});
+            for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {
+              const int64_t len = std::min(kBlock, numel - s0);
+              const Tensor gb = flat_gbuf.narrow(0, s0, len);
+              Tensor gsrc = flat_g.narrow(0, s0, len);
+              for (size_t k = n; k-- > 0;) {
+                const Tensor vin = needed[k] ? vals[k].narrow(0, s0, len) : Tensor();
+                const Tensor vout = needed[k + 1] ? vals[k + 1].narrow(0, s0, len) : Tensor();
+                backward_step(be, chain->steps[k], gb, gsrc, vin, vout, scalars[k]);
+                gsrc = gb;
+              }
+            }
+          }
+          gz = gbuf;
+        }
+        if (!chain->linear_head) return autograd::variable_list{gz};
+        Tensor gx, gw, gbias;
+        if (need_x) gx = troupe::mm(gz, sw.unpack());
+        if (need_w) gw = troupe::mm(gz.t(), sx.unpack());
+        if (need_b) gbias = troupe::sum_to(gz, {gz.size(-1)});
+        autograd::variable_list r{gx, gw};
+        if (has_b) r.push_back(gbias);
+        return r;
+      });
+  return out;
+}
+
+}  // namespace troupe::jit

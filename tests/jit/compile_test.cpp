@@ -1,0 +1,431 @@
+// ScriptModule::compile() and its passes (jit/passes.h): a compiled module's forward and gradients equal the
+// eager module's (bit for bit in float32 where the fused kernels run the eager kernels in the eager order;
+// to 1e-12 in float64), and each pass fires on a graph where it must and leaves alone one where it must not.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include <troupe/jit/jit.h>
+#include <troupe/jit/passes.h>
+#include <troupe/nn/nn.h>
+#include <troupe/tensor/ops.h>
+#include <troupe/tensor/gradcheck.h>
+#include <troupe/tensor/random.h>
+
+#include "jit_models.h"
+
+namespace troupe::jit {
+namespace {
+
+namespace F = nn::functional;
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0 : 1e300;
+  if (a.sizes().vec() != b.sizes().vec()) return 1e300;
+  if (a.numel() == 0) return 0;
+  return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>();
+}
+
+// One forward and backward of sum(out * w) on the eager module and on the compiled one (same seed): the
+// outputs, the input gradient and every parameter gradient (by name) agree to `tol` (0: equal bit for bit).
+void expect_same_step(const std::shared_ptr<nn::Module>& eager, const ScriptModulePtr& compiled, const Tensor& x,
+                      double tol, uint64_t seed = 5) {
+  eager->zero_grad();
+  compiled->zero_grad();
+  auto run = [&](nn::Module& m, Tensor& gx) {
+    Tensor c = x.detach().clone().requires_grad_(true);
+    default_generator().manual_seed(seed);
+    Tensor out = m.call({nn::Value(c)}).tensor();
+    Tensor w = arange(out.numel(), TensorOptions().dtype(out.dtype())).reshape(out.sizes()).div(7.0).cos();
+    (out * w).sum().backward();
+    gx = c.grad();
+    return out.detach();
+  };
+  Tensor ge, gc;
+  Tensor oe = run(*eager, ge);
+  Tensor oc = run(*compiled, gc);
+  if (tol == 0) {
+    ASSERT_TRUE(equal(oe, oc)) << "forward differs by " << max_diff(oe, oc) << "\n" << compiled->compiled_graph();
+    EXPECT_TRUE(equal(ge, gc)) << "input grad differs by " << max_diff(ge, gc);
+  } else {
+    ASSERT_LE(max_diff(oe, oc), tol) << compiled->compiled_graph();
+    EXPECT_LE(max_diff(ge, gc), tol) << "input grad";
+  }
+  auto pe = eager->named_parameters();
+  auto pc = compiled->named_parameters();
+  ASSERT_EQ(pe.keys(), pc.keys());
+  for (const auto& [k, p] : pe) {
+    const Tensor& q = pc[k];
+    ASSERT_EQ(p.grad().defined(), q.grad().defined()) << k;
+    if (!p.grad().defined()) continue;
+    if (tol == 0) EXPECT_TRUE(equal(p.grad(), q.grad())) << "grad of " << k << " differs by " << max_diff(p.grad(), q.grad());
+    else EXPECT_LE(max_diff(p.grad(), q.grad()), tol) << "grad of " << k;
+  }
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+ScriptModulePtr compiled_copy(const std::shared_ptr<nn::Module>& net, const Tensor& x) {
+  ScriptModulePtr t = trace(net, x);
+  t->compile();
+  return t;
+}
+
+TEST(Compile, MlpFloat32SameBits) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({16, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  ASSERT_TRUE(c->is_compiled());
+  const std::string g = c->compiled_graph();
+  EXPECT_EQ(count(g, "prim::FusedChain[ops=\"aten::linear, aten::relu\"]"), 2u) << g;
+  EXPECT_EQ(count(g, "prim::FusedChain[ops=\"aten::linear\"]"), 1u) << g;
+  EXPECT_EQ(count(g, "prim::CallMethod"), 0u) << g;  // inlined
+  EXPECT_EQ(count(g, "aten::relu"), 2u) << g;         // only inside the fused chains' names
+  // graph() and code() still show the traced graph
+  EXPECT_NE(c->graph().find("prim::CallMethod"), std::string::npos);
+  // the fused path ran: the output's node is the chain's
+  Tensor xr = x.clone().requires_grad_(true);
+  EXPECT_EQ(c->forward(xr).grad_fn()->name(), "FusedChainBackward");
+  expect_same_step(net, c, x, 0);
+  expect_same_step(net, c, randn({3, 32}), 0);  // another batch size: the plan does not depend on shapes
+}
+
+TEST(Compile, MlpFloat64To1e12) {
+  default_generator().manual_seed(1);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  net->to(kFloat64);
+  Tensor x = randn({16, 32}, TensorOptions().dtype(kFloat64));
+  expect_same_step(net, compiled_copy(net, x), x, 1e-12);
+}
+
+// A chain of every fusable op after a Linear: one prim::FusedChain, same bits in float32 (the same backend
+// kernels in the same order), 1e-12 in float64.
+struct Chain : nn::Module {
+  Chain() { fc = register_module("fc", std::make_shared<nn::LinearImpl>(8, 6)); }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc)(x);
+    h = troupe::tanh(h * 2.0 + 0.5);
+    h = troupe::sigmoid(h - 0.25);
+    h = troupe::leaky_relu(h / 3.0, 0.2);
+    return troupe::relu(h);
+  }
+  std::shared_ptr<nn::LinearImpl> fc;
+};
+
+TEST(Compile, ElementwiseChainFusesIntoOneNode) {
+  default_generator().manual_seed(2);
+  auto net = std::make_shared<Chain>();
+  Tensor x = randn({5, 8});
+  ScriptModulePtr c = compiled_copy(net, x);
+  const std::string g = c->compiled_graph();
+  EXPECT_EQ(count(g, "prim::FusedChain"), 1u) << g;
+  EXPECT_NE(g.find("ops=\"aten::linear, aten::mul, aten::add, aten::tanh, aten::sub, aten::sigmoid, aten::div, "
+                   "aten::leaky_relu, aten::relu\""),
+            std::string::npos)
+      << g;
+  EXPECT_EQ(count(g, "prim::Constant"), 0u) << g;  // the scalars went into the chain; dead code removed
+  expect_same_step(net, c, x, 0);
+  // larger than one block of the kernel's loop (16384 elements): the blocks join up
+  expect_same_step(net, c, randn({3000, 8}), 0);
+  net->to(kFloat64);
+  Tensor x64 = randn({5, 8}, TensorOptions().dtype(kFloat64));
+  expect_same_step(net, compiled_copy(net, x64), x64, 1e-12);
+}
+
+// A value used twice is not fused away: the Linear's output feeds relu and the residual add.
+struct Residual : nn::Module {
+  Residual() { fc = register_module("fc", std::make_shared<nn::LinearImpl>(4, 4)); }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc)(x);
+    return troupe::sigmoid(troupe::relu(h)) + h;
+  }
+  std::shared_ptr<nn::LinearImpl> fc;
+};
+
+TEST(Compile, ValueUsedTwiceEndsTheChain) {
+  default_generator().manual_seed(3);
+  auto net = std::make_shared<Residual>();
+  Tensor x = randn({3, 4});
+  ScriptModulePtr c = compiled_copy(net, x);
+  const std::string g = c->compiled_graph();
+  EXPECT_NE(g.find("prim::FusedChain[ops=\"aten::linear\"]"), std::string::npos) << g;
+  // relu -> sigmoid is a chain of its own, starting from the shared value
+  EXPECT_NE(g.find("prim::FusedChain[ops=\"aten::relu, aten::sigmoid\"]"), std::string::npos) << g;
+  EXPECT_EQ(count(g, "aten::add("), 1u) << g;
+  expect_same_step(net, c, x, 0);
+}
+
+TEST(Compile, InPlaceOpOnAnOutsideValueDoesNotStartAChain) {
+  // relu_(x) changes the caller's x: fusing it would make it out of place; relu_ after a fused op is fine
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* a = g->append("aten::relu_", {x});
+  Node* b = g->append("aten::sigmoid", {a->outputs[0]});
+  Node* c = g->append("aten::tanh", {b->outputs[0]});
+  Node* d = g->append("aten::relu_", {c->outputs[0]});
+  g->set_outputs({d->outputs[0]});
+  EXPECT_EQ(fuse_elementwise(*g), 1u);
+  ASSERT_EQ(g->nodes().size(), 2u);
+  EXPECT_EQ(g->nodes()[0]->kind, "aten::relu_");
+  EXPECT_EQ(g->nodes()[1]->attr, "aten::sigmoid, aten::tanh, aten::relu_");
+}
+
+TEST(Compile, SingleElementwiseOpIsNotFused) {
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* r = g->append("aten::relu", {x});
+  g->set_outputs({r->outputs[0]});
+  EXPECT_EQ(fuse_elementwise(*g), 0u);
+  EXPECT_EQ(g->nodes().size(), 1u);
+}
+
+TEST(Compile, ChainStopsAtAGraphOutput) {
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* a = g->append("aten::relu", {x});
+  Node* b = g->append("aten::sigmoid", {a->outputs[0]});
+  Node* t = g->append("aten::tanh", {b->outputs[0]});
+  g->set_outputs({a->outputs[0], t->outputs[0]});  // relu's result is returned: sigmoid -> tanh fuse, relu stays
+  EXPECT_EQ(fuse_elementwise(*g), 1u);
+  ASSERT_EQ(g->nodes().size(), 2u);
+  EXPECT_EQ(g->nodes()[0]->kind, "aten::relu");
+  EXPECT_EQ(g->nodes()[1]->kind, "prim::FusedChain");
+  EXPECT_EQ(g->nodes()[1]->attr, "aten::sigmoid, aten::tanh");
+  EXPECT_EQ(g->outputs()[0], a->outputs[0]);
+  EXPECT_EQ(g->outputs()[1], g->nodes()[1]->outputs[0]);
+}
+
+TEST(Compile, DeadCodeEliminationRemovesOnlyPureUnusedNodes) {
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* c = g->append("prim::Constant", {});
+  c->constant = IValue(2.0);
+  Node* dead = g->append("aten::mul", {x, c->outputs[0]});       // unused, pure: removed (then its constant)
+  Node* p = g->append("prim::Constant", {});
+  p->constant = IValue(0.5);
+  Node* t = g->append("prim::Constant", {});
+  t->constant = IValue(true);
+  Node* drop = g->append("aten::dropout", {x, p->outputs[0], t->outputs[0]});  // unused but random: kept
+  Node* inplace = g->append("aten::relu_", {x});                              // unused but in place: kept
+  Node* live = g->append("aten::sigmoid", {x});
+  g->set_outputs({live->outputs[0]});
+  EXPECT_EQ(eliminate_dead_code(*g), 2u);  // the mul and its constant
+  std::vector<const Node*> left(g->nodes().begin(), g->nodes().end());
+  EXPECT_EQ(std::count(left.begin(), left.end(), dead), 0);
+  EXPECT_EQ(std::count(left.begin(), left.end(), drop), 1);
+  EXPECT_EQ(std::count(left.begin(), left.end(), inplace), 1);
+  EXPECT_EQ(std::count(left.begin(), left.end(), live), 1);
+  EXPECT_EQ(eliminate_dead_code(*g), 0u);  // nothing more to do
+}
+
+TEST(Compile, BatchNormInTrainingIsNotDeadCode) {
+  // an unused batch_norm with training=True still updates the running statistics
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  std::vector<Value*> args{x, x, x, x, x};
+  Node* tr = g->append("prim::Constant", {});
+  tr->constant = IValue(true);
+  args.push_back(tr->outputs[0]);
+  g->append("aten::batch_norm", args);
+  g->set_outputs({x});
+  EXPECT_EQ(eliminate_dead_code(*g), 0u);
+  tr->constant = IValue(false);
+  EXPECT_EQ(eliminate_dead_code(*g), 2u);  // in eval mode it is pure: it and its flag go
+}
+
+// Folding: mul(constant tensor, 2.0) becomes one constant; mul(parameter, 2.0) stays (parameters change).
+TEST(Compile, ConstantFoldingFoldsConstantsNotParameters) {
+  ScriptModule m("M", "__torch__.M");
+  m.register_parameter("weight", full({3}, 1.5));
+  auto g = std::make_shared<Graph>();
+  Value* self = g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* ct = g->append("prim::Constant", {});
+  ct->constant = IValue(full({3}, 4.0));
+  Node* two = g->append("prim::Constant", {});
+  two->constant = IValue(2.0);
+  Node* folded = g->append("aten::mul", {ct->outputs[0], two->outputs[0]});
+  Node* w = g->append("prim::GetAttr", {self});
+  w->attr = "weight";
+  Node* kept = g->append("aten::mul", {w->outputs[0], two->outputs[0]});
+  Node* one = g->append("prim::Constant", {});
+  one->constant = IValue(int64_t{1});
+  Node* a = g->append("aten::add", {x, folded->outputs[0], one->outputs[0]});
+  Node* b = g->append("aten::add", {a->outputs[0], kept->outputs[0], one->outputs[0]});
+  g->set_outputs({b->outputs[0]});
+  Tensor in = full({3}, 0.25);
+  const Tensor before = run_graph(*g, m, {IValue(in)})[0].toTensor();
+  EXPECT_EQ(fold_constants(*g), 1u);
+  std::vector<const Node*> left(g->nodes().begin(), g->nodes().end());
+  EXPECT_EQ(std::count(left.begin(), left.end(), folded), 0);
+  EXPECT_EQ(std::count(left.begin(), left.end(), kept), 1);
+  EXPECT_EQ(a->inputs[1]->node->kind, "prim::Constant");
+  EXPECT_TRUE(equal(a->inputs[1]->node->constant.toTensor(), full({3}, 8.0)));
+  EXPECT_EQ(eliminate_dead_code(*g), 1u);  // the unused tensor constant
+  EXPECT_TRUE(equal(run_graph(*g, m, {IValue(in)})[0].toTensor(), before));
+  // the parameter changes after compile: the unfolded graph sees it (0.25 + 8 + 2 * 3)
+  NoGradGuard ng;
+  m.named_parameters()["weight"].fill_(3.0);
+  EXPECT_TRUE(equal(run_graph(*g, m, {IValue(in)})[0].toTensor(), full({3}, 14.25)));
+}
+
+TEST(Compile, RandomOpsAreNotFolded) {
+  ScriptModule m("M", "__torch__.M");
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  g->add_input(Type{}, "x");
+  Node* ct = g->append("prim::Constant", {});
+  ct->constant = IValue(full({4}, 1.0));
+  Node* p = g->append("prim::Constant", {});
+  p->constant = IValue(0.5);
+  Node* t = g->append("prim::Constant", {});
+  t->constant = IValue(true);
+  Node* d = g->append("aten::dropout", {ct->outputs[0], p->outputs[0], t->outputs[0]});
+  g->set_outputs({d->outputs[0]});
+  EXPECT_EQ(fold_constants(*g), 0u);
+}
+
+TEST(Compile, LastUsesFreeIntermediatesNotOutputs) {
+  auto g = std::make_shared<Graph>();
+  g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+  Value* x = g->add_input(Type{}, "x");
+  Node* a = g->append("aten::relu", {x});
+  Node* b = g->append("aten::sigmoid", {a->outputs[0]});
+  Node* c = g->append("aten::add", {b->outputs[0], a->outputs[0]});
+  g->set_outputs({c->outputs[0]});
+  auto frees = last_uses(*g);
+  ASSERT_EQ(frees.size(), 3u);
+  EXPECT_TRUE(frees[0].empty());  // x is an input: the caller's
+  EXPECT_TRUE(frees[1].empty());  // relu's result is used again by the add
+  EXPECT_EQ(frees[2], (std::vector<size_t>{a->outputs[0]->id, b->outputs[0]->id}));
+}
+
+TEST(Compile, ConvNetTrainModeSameBits) {
+  default_generator().manual_seed(4);
+  auto net = std::make_shared<troupe::testing::Conv>();
+  net->train();
+  Tensor x = randn({2, 1, 8, 8});
+  ScriptModulePtr c = compiled_copy(net, x);
+  const std::string g = c->compiled_graph();
+  EXPECT_NE(g.find("aten::batch_norm"), std::string::npos) << g;  // training: kept
+  EXPECT_NE(g.find("aten::dropout"), std::string::npos) << g;
+  expect_same_step(net, c, x, 0);  // same dropout mask (same seed), same running statistics afterwards
+  auto be = net->named_buffers();
+  auto bc = c->named_buffers();
+  for (const auto& [k, v] : be) EXPECT_TRUE(equal(v, bc[k])) << k;
+}
+
+TEST(Compile, SubmoduleHooksStillFire) {
+  default_generator().manual_seed(5);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({4, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  int calls = 0;
+  auto h = c->get_submodule("fc2")->register_forward_hook([&](nn::Module&, const nn::Args&, const nn::Value&) { ++calls; });
+  Tensor y = c->forward(x);
+  EXPECT_EQ(calls, 1);
+  h.remove();
+  EXPECT_TRUE(equal(c->forward(x), y));
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(Compile, StateChangesAfterCompileAreSeen) {
+  default_generator().manual_seed(6);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({4, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  {
+    NoGradGuard ng;
+    for (auto& [k, p] : net->named_parameters()) p.mul_(0.5);
+  }
+  c->load_state_dict(net->state_dict());
+  EXPECT_TRUE(equal(c->forward(x), net->forward(x)));
+  c->to(kFloat64);  // the fused chains run in float64 too
+  net->to(kFloat64);
+  Tensor x64 = x.to(kFloat64);
+  EXPECT_LE(max_diff(c->forward(x64), net->forward(x64)), 0.0);
+}
+
+TEST(Compile, DoubleBackwardIsRefusedClearly) {
+  default_generator().manual_seed(7);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({2, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  Tensor xi = x.clone().requires_grad_(true);
+  Tensor y = c->forward(xi).sum();
+  try {
+    autograd::grad({y}, {xi}, {}, std::nullopt, /*create_graph=*/true);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be differentiated again"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("aten::linear"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compile, NoGradForwardKeepsNothing) {
+  default_generator().manual_seed(8);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({4, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  NoGradGuard ng;
+  Tensor y = c->forward(x);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(equal(y, net->forward(x)));
+}
+
+// The fused chain's own backward against finite differences (float64), with every step kind, after a
+// Linear head and on its own; the second one larger than a block, so the blocked loops are checked too.
+TEST(Compile, FusedChainGradcheck) {
+  using S = FusedChain::Step;
+  auto lin = std::make_shared<FusedChain>();
+  lin->linear_head = true;
+  lin->steps = {{S::MulScalar, 2.0}, {S::AddScalar, 0.5, 1.0}, {S::Tanh},      {S::SubScalar, 0.25, 2.0},
+                {S::LeakyRelu, 0.2}, {S::Sigmoid},            {S::DivScalar, 3.0}, {S::Relu}};
+  lin->ops = "test";
+  default_generator().manual_seed(10);
+  const TensorOptions f64 = TensorOptions().dtype(kFloat64);
+  Tensor x = randn({4, 5}, f64).requires_grad_(true), w = randn({3, 5}, f64).requires_grad_(true),
+         b = randn({3}, f64).requires_grad_(true);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const autograd::variable_list& in) {
+        return autograd::variable_list{run_fused_chain(*lin, {IValue(in[0]), IValue(in[1]), IValue(in[2])}).toTensor()};
+      },
+      {x, w, b}));
+  auto ew = std::make_shared<FusedChain>();
+  ew->steps = {{S::LeakyRelu, 0.1}, {S::Tanh}, {S::MulScalar, -1.5}, {S::Relu}, {S::Sigmoid}};
+  ew->ops = "test";
+  Tensor small = randn({6, 7}, f64).requires_grad_(true);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const autograd::variable_list& in) { return autograd::variable_list{run_fused_chain(*ew, {IValue(in[0])}).toTensor()}; },
+      {small}));
+  // larger than one block (16384 elements): the blocked loops give the eager ops' bits, forward and backward
+  Tensor big = randn({170, 100}), a = big.clone().requires_grad_(true), e = big.clone().requires_grad_(true);
+  Tensor fa = run_fused_chain(*ew, {IValue(a)}).toTensor();
+  Tensor fe = troupe::sigmoid(troupe::relu(troupe::mul(troupe::tanh(troupe::leaky_relu(e, 0.1)), -1.5)));
+  EXPECT_TRUE(equal(fa, fe));
+  Tensor gw = randn({170, 100});
+  (fa * gw).sum().backward();
+  (fe * gw).sum().backward();
+  EXPECT_TRUE(equal(a.grad(), e.grad())) << max_diff(a.grad(), e.grad());
+}
+
+TEST(Compile, CompiledGraphBeforeCompileThrows) {
+  default_generator().manual_seed(9);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  ScriptModulePtr t = trace(net, randn({2, 32}));
+  EXPECT_FALSE(t->is_compiled());
+  EXPECT_THROW(t->compiled_graph(), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace troupe::jit
