@@ -9,7 +9,10 @@
 // it returns a module.
 #include <zip.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <istream>
+#include <iterator>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -247,12 +250,36 @@ class ArchiveReader {
       zip_error_fini(&ze);
       throw std::runtime_error("[jit::load] " + path + " is not a readable TorchScript archive: " + msg);
     }
+    list_names();
+  }
+  // An archive held in memory (load(std::istream&)); `label` names it in errors.
+  ArchiveReader(std::string bytes, const std::string& label) : path_(label), bytes_(std::move(bytes)) {
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t* src = zip_source_buffer_create(bytes_.data(), bytes_.size(), 0, &ze);
+    if (src) {
+      za_ = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
+      if (!za_) zip_source_free(src);
+    }
+    if (!za_) {
+      std::string msg = zip_error_strerror(&ze);
+      zip_error_fini(&ze);
+      throw std::runtime_error("[jit::load] " + label + " is not a readable TorchScript archive: " + msg);
+    }
+    zip_error_fini(&ze);
+    list_names();
+  }
+  void list_names() {
     const zip_int64_t n = zip_get_num_entries(za_, 0);
     for (zip_int64_t i = 0; i < n; ++i) {
       const char* name = zip_get_name(za_, static_cast<zip_uint64_t>(i), 0);
       if (name) names_.push_back(name);
     }
-    if (names_.empty()) fail("the archive is empty");
+    if (names_.empty()) {
+      zip_discard(za_);  // the destructor does not run when the constructor throws
+      za_ = nullptr;
+      fail("the archive is empty");
+    }
     prefix_ = names_[0].substr(0, names_[0].find('/') + 1);
   }
   ~ArchiveReader() {
@@ -274,16 +301,20 @@ class ArchiveReader {
     if (zip_stat_index(za_, static_cast<zip_uint64_t>(idx), 0, &st) != 0) fail("cannot stat " + rec + ": " + zip_strerror(za_));
     zip_file_t* f = zip_fopen_index(za_, static_cast<zip_uint64_t>(idx), 0);
     if (!f) fail("cannot open " + rec + ": " + zip_strerror(za_));
-    std::string out(st.size, '\0');
-    zip_int64_t got = 0;
-    while (got < static_cast<zip_int64_t>(st.size)) {
-      const zip_int64_t r = zip_fread(f, out.data() + got, st.size - static_cast<zip_uint64_t>(got));
+    // The size in the directory is what the archive claims: the record grows as its bytes arrive (a
+    // damaged directory cannot make this allocate gigabytes up front).
+    std::string out;
+    constexpr zip_uint64_t kChunk = 1 << 16;
+    while (out.size() < st.size) {
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(std::min<zip_uint64_t>(kChunk, st.size - at)));
+      const zip_int64_t r = zip_fread(f, out.data() + at, out.size() - at);
       if (r <= 0) {
-        std::string msg = zip_error_strerror(zip_file_get_error(f));
+        std::string msg = r < 0 ? zip_error_strerror(zip_file_get_error(f)) : "it ends after " + std::to_string(at) + " of its " + std::to_string(st.size) + " bytes";
         zip_fclose(f);
         fail("reading " + rec + " failed (" + msg + ")");
       }
-      got += r;
+      out.resize(at + static_cast<size_t>(r));
     }
     char extra;
     const zip_int64_t tail = zip_fread(f, &extra, 1);  // the CRC is checked at the end of the data
@@ -297,6 +328,7 @@ class ArchiveReader {
 
  private:
   std::string path_;
+  std::string bytes_;  // the archive itself when it is read from memory (libzip reads it in place)
   zip_t* za_ = nullptr;
   std::vector<std::string> names_;
   std::string prefix_;
@@ -328,8 +360,9 @@ ScriptModulePtr build(const pickle::PValuePtr& obj, const std::map<std::string, 
 
 }  // namespace
 
-ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
-  ArchiveReader ar(path);
+namespace {
+
+ScriptModulePtr load_archive(const ArchiveReader& ar, const std::string& path, ExtraFilesMap& extra_files) {
   for (const char* rec : {"data.pkl", "constants.pkl", "version"})
     if (!ar.has(rec)) ar.fail(std::string("record ") + rec + " is missing: not a TorchScript archive, or a truncated one");
   std::vector<Tensor> constants;
@@ -358,9 +391,29 @@ ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
   return m;
 }
 
+}  // namespace
+
+ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files) {
+  ArchiveReader ar(path);
+  return load_archive(ar, path, extra_files);
+}
+
 ScriptModulePtr load(const std::string& path) {
   ExtraFilesMap none;
   return load(path, none);
+}
+
+ScriptModulePtr load(std::istream& in, ExtraFilesMap& extra_files) {
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("[jit::load] reading the stream failed");
+  const std::string label = "<stream>";
+  ArchiveReader ar(std::move(bytes), label);
+  return load_archive(ar, label, extra_files);
+}
+
+ScriptModulePtr load(std::istream& in) {
+  ExtraFilesMap none;
+  return load(in, none);
 }
 
 }  // namespace troupe::jit

@@ -4,6 +4,7 @@
 // functions eager code calls (so outputs and gradients equal the eager module's bit for bit).
 #pragma once
 
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,11 @@ ScriptModulePtr trace(const H& holder, const Tensor& example_input, bool check_t
 ScriptModulePtr load(const std::string& path, ExtraFilesMap& extra_files);
 /// load() without extra files.
 ScriptModulePtr load(const std::string& path);
+/// load() from an archive's bytes in a stream (libtorch's `torch::jit::load(std::istream&)`); errors name
+/// it "<stream>".
+ScriptModulePtr load(std::istream& in, ExtraFilesMap& extra_files);
+/// load(std::istream&) without extra files.
+ScriptModulePtr load(std::istream& in);
 
 /// Runs `graph` with `self` as its module input and `inputs` after it; the interpreter of ScriptModules.
 std::vector<IValue> run_graph(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs);
