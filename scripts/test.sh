@@ -3,7 +3,8 @@
 #   bash scripts/test.sh [--sanitize|--tsan] [-- <ctest args>]
 #   default:     build/ (Release), everything but the benchmarks, all ctest tests
 #   --sanitize:  build-sanitize/ (-O1 -g1, ASan+UBSan, CPU only): the suites named by
-#                TROUPE_SANITIZE_SUITES (default "tensor nn optim data util comm actors"),
+#                TROUPE_SANITIZE_SUITES (default "tensor nn optim data util comm actors fuzz": fuzz is
+#                fuzz_replay, the fuzz corpora and their kept findings),
 #                ctest -L <suite> for each, their mpirun entries included (leak suppressions for
 #                Open MPI and OpenBLAS in tests/lsan.supp)
 #   --tsan:      build-tsan/ (ThreadSanitizer on every layer; comm, parallel, actors, launch at -O1,
@@ -21,7 +22,7 @@ while [[ $# -gt 0 ]]; do
     --sanitize) sanitize=1; shift ;;
     --tsan) tsan=1; shift ;;
     --) shift; ctest_extra=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$1' (ctest arguments go after --)" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +35,7 @@ jobs=$(nproc)
 declare -A extra_targets=(
   [comm]="launch_demo"
   [actors]="actors_mpi_tests actors_mpi_supervision actors_dead_peer soak_train"
+  [fuzz]="fuzz_replay"
 )
 
 # ccache (installed by setup.sh) makes a rebuild of an unchanged file a cache hit, also from another
@@ -86,7 +88,7 @@ elif [[ $sanitize == 1 ]]; then
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF \
     -DTROUPE_BUILD_EXAMPLES=OFF
-  suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data util comm actors})
+  suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data util comm actors fuzz})
   targets=()
   # the target list is read once into a variable: `cmake ... | grep -q` under pipefail fails whenever
   # grep stops reading early (SIGPIPE), which silently dropped suites from the run
