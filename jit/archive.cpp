@@ -345,12 +345,24 @@ ScriptModulePtr build(const pickle::PValuePtr& obj, const std::map<std::string, 
     const std::string& key = k->s;
     if (key == "training") {
       m->train(v->kind == pickle::PValue::Bool && v->b);
-    } else if (v->kind == pickle::PValue::TensorV || (v->kind == pickle::PValue::None && key[0] != '_')) {
+      continue;
+    }
+    // the names come from the file: the Module's own refusals (a "." in a name, an empty or repeated
+    // one; the fuzzer found them escaping unprefixed) are the archive's errors
+    auto checked = [&](auto&& register_it) {
+      try {
+        register_it();
+      } catch (const std::exception& e) {
+        ar.fail("data.pkl: " + q + " attribute '" + key + "': " + e.what());
+      }
+    };
+    if (v->kind == pickle::PValue::TensorV || (v->kind == pickle::PValue::None && key[0] != '_')) {
       Tensor t = v->kind == pickle::PValue::TensorV ? v->tensor : Tensor();
-      if (cd->second.parameters.count(key)) m->register_parameter(key, t, t.defined() && t.requires_grad());
-      else m->register_buffer(key, t);
+      if (cd->second.parameters.count(key)) checked([&] { m->register_parameter(key, t, t.defined() && t.requires_grad()); });
+      else checked([&] { m->register_buffer(key, t); });
     } else if (v->kind == pickle::PValue::Object) {
-      m->register_module(key, std::shared_ptr<nn::Module>(build(v, classes, constants, ar)));
+      auto child = std::shared_ptr<nn::Module>(build(v, classes, constants, ar));
+      checked([&] { m->register_module(key, child); });
     }
   }
   if (!cd->second.header.empty())
