@@ -12,6 +12,12 @@ namespace {
 
 using namespace mpi_impl;
 
+/// memcpy of `n` bytes that allows n == 0: an empty tensor's data pointer and a 0-byte buffer's are null,
+/// and memcpy with a null pointer is undefined even for 0 bytes (UBSan: "null pointer passed as argument").
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
 // ---- chunked MPI calls: each helper appends Steps to an op
 
 /// An MPI type of `count` elements of `base`, spaced `stride_elems` apart (lb 0, extent stride*size).
@@ -180,7 +186,7 @@ class MpiProcessGroup : public ProcessGroup {
                   move_type(input.dtype()));
     std::vector<Tensor> outs = outputs;
     o->after = [staged, outs, bytes] {
-      for (size_t r = 0; r < outs.size(); ++r) std::memcpy(outs[r].data_ptr(), staged->data() + r * bytes, bytes);
+      for (size_t r = 0; r < outs.size(); ++r) copy_bytes(outs[r].data_ptr(), staged->data() + r * bytes, bytes);
     };
     return e_->submit(o);
   }
@@ -194,7 +200,7 @@ class MpiProcessGroup : public ProcessGroup {
     if (overlaps(in, input.nbytes(), output.data_ptr(), output.nbytes())) {
       Buffer s = make_buffer(input.nbytes());
       o->buffers.push_back(s);
-      std::memcpy(s->data(), in, input.nbytes());
+      copy_bytes(s->data(), in, input.nbytes());
       in = s->data();
     }
     add_reduce_scatter_op(*o, in, output, op);
@@ -209,7 +215,7 @@ class MpiProcessGroup : public ProcessGroup {
     size_t bytes = output.nbytes();
     Buffer s = make_buffer(bytes * size());
     o->buffers.push_back(s);
-    for (size_t r = 0; r < inputs.size(); ++r) std::memcpy(s->data() + r * bytes, inputs[r].data_ptr(), bytes);
+    for (size_t r = 0; r < inputs.size(); ++r) copy_bytes(s->data() + r * bytes, inputs[r].data_ptr(), bytes);
     add_reduce_scatter_op(*o, s->data(), output, op);
     return e_->submit(o);
   }
@@ -233,7 +239,7 @@ class MpiProcessGroup : public ProcessGroup {
     o->peer = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
     // Buffered: the data is copied now, so the caller may reuse the tensor once send_async returns.
     Buffer s = make_buffer(tensor.nbytes());
-    std::memcpy(s->data(), tensor.data_ptr(), tensor.nbytes());
+    copy_bytes(s->data(), tensor.data_ptr(), tensor.nbytes());
     o->buffers.push_back(s);
     MPI_Datatype type = move_type(tensor.dtype());
     size_t es = type_size(type);
@@ -317,7 +323,7 @@ class MpiProcessGroup : public ProcessGroup {
     const char* in = static_cast<const char*>(input.data_ptr());
     if (!overlaps(in, input.nbytes(), output.data_ptr(), output.nbytes())) return in;
     Buffer s = make_buffer(input.nbytes());
-    std::memcpy(s->data(), in, input.nbytes());
+    copy_bytes(s->data(), in, input.nbytes());
     o.buffers.push_back(s);
     return s->data();
   }

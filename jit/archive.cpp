@@ -9,6 +9,7 @@
 // it returns a module.
 #include <zip.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -311,7 +312,11 @@ class ArchiveReader {
       const char* name = zip_get_name(za_, static_cast<zip_uint64_t>(i), 0);
       if (name) names_.push_back(name);
     }
-    if (names_.empty()) fail("the archive is empty");
+    if (names_.empty()) {
+      zip_discard(za_);  // the destructor does not run when the constructor throws
+      za_ = nullptr;
+      fail("the archive is empty");
+    }
     prefix_ = names_[0].substr(0, names_[0].find('/') + 1);
   }
   /// An archive held in memory; `label` names it in errors.
@@ -348,16 +353,20 @@ class ArchiveReader {
     if (zip_stat_index(za_, static_cast<zip_uint64_t>(idx), 0, &st) != 0) fail("cannot stat " + rec + ": " + zip_strerror(za_));
     zip_file_t* f = zip_fopen_index(za_, static_cast<zip_uint64_t>(idx), 0);
     if (!f) fail("cannot open " + rec + ": " + zip_strerror(za_));
-    std::string out(st.size, '\0');
-    zip_int64_t got = 0;
-    while (got < static_cast<zip_int64_t>(st.size)) {
-      const zip_int64_t r = zip_fread(f, out.data() + got, st.size - static_cast<zip_uint64_t>(got));
+    // The size in the directory is what the archive claims: the record grows as its bytes arrive (a
+    // damaged directory cannot make this allocate gigabytes up front).
+    std::string out;
+    constexpr zip_uint64_t kChunk = 1 << 16;
+    while (out.size() < st.size) {
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(std::min<zip_uint64_t>(kChunk, st.size - at)));
+      const zip_int64_t r = zip_fread(f, out.data() + at, out.size() - at);
       if (r <= 0) {
-        std::string msg = zip_error_strerror(zip_file_get_error(f));
+        std::string msg = r < 0 ? zip_error_strerror(zip_file_get_error(f)) : "it ends after " + std::to_string(at) + " of its " + std::to_string(st.size) + " bytes";
         zip_fclose(f);
         fail("reading " + rec + " failed (" + msg + ")");
       }
-      got += r;
+      out.resize(at + static_cast<size_t>(r));
     }
     char extra;
     const zip_int64_t tail = zip_fread(f, &extra, 1);  // the CRC is checked at the end of the data
@@ -388,12 +397,24 @@ ScriptModulePtr build(const pickle::PValuePtr& obj, const std::map<std::string, 
     const std::string& key = k->s;
     if (key == "training") {
       m->train(v->kind == pickle::PValue::Bool && v->b);
-    } else if (v->kind == pickle::PValue::TensorV || (v->kind == pickle::PValue::None && key[0] != '_')) {
+      continue;
+    }
+    // the names come from the file: the Module's own refusals (a "." in a name, an empty or repeated
+    // one; the fuzzer found them escaping unprefixed) are the archive's errors
+    auto checked = [&](auto&& register_it) {
+      try {
+        register_it();
+      } catch (const std::exception& e) {
+        ar.fail("data.pkl: " + q + " attribute '" + key + "': " + e.what());
+      }
+    };
+    if (v->kind == pickle::PValue::TensorV || (v->kind == pickle::PValue::None && key[0] != '_')) {
       Tensor t = v->kind == pickle::PValue::TensorV ? v->tensor : Tensor();
-      if (cd->second.parameters.count(key)) m->register_parameter(key, t, t.defined() && t.requires_grad());
-      else m->register_buffer(key, t);
+      if (cd->second.parameters.count(key)) checked([&] { m->register_parameter(key, t, t.defined() && t.requires_grad()); });
+      else checked([&] { m->register_buffer(key, t); });
     } else if (v->kind == pickle::PValue::Object) {
-      m->register_module(key, std::shared_ptr<nn::Module>(build(v, classes, constants, ar)));
+      auto child = std::shared_ptr<nn::Module>(build(v, classes, constants, ar));
+      checked([&] { m->register_module(key, child); });
     }
   }
   if (!cd->second.header.empty())
@@ -448,6 +469,7 @@ ScriptModulePtr load(const std::string& path) {
 
 ScriptModulePtr load(std::istream& in, ExtraFilesMap& extra_files) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("[jit::load] reading the stream failed");
   const std::string label = "the archive in memory (" + std::to_string(bytes.size()) + " bytes)";
   if (bytes.empty()) throw std::runtime_error("[jit::load] " + label + " is empty: not a TorchScript archive");
   ArchiveReader ar(label, std::move(bytes));

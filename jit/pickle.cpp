@@ -374,15 +374,27 @@ class Reader {
       const auto& a = args->items;
       if (a.size() < 5 || a[0]->kind != PValue::TensorV) fail("_rebuild_tensor_v2 with unexpected arguments");
       std::vector<int64_t> size, stride;
-      for (auto& s : a[2]->items) size.push_back(s->i);
-      for (auto& s : a[3]->items) stride.push_back(s->i);
+      for (auto& s : a[2]->items) size.push_back(s->kind == PValue::Int ? s->i : -1);
+      for (auto& s : a[3]->items) stride.push_back(s->kind == PValue::Int ? s->i : -1);
+      // size, stride and offset come from the file: one stride per dim, none negative, and the last
+      // element computed without overflow (the fuzzer found size and stride of different lengths)
+      if (size.size() != stride.size())
+        fail("_rebuild_tensor_v2 with " + std::to_string(size.size()) + " sizes and " + std::to_string(stride.size()) + " strides");
       const Tensor& st = a[0]->tensor;
-      int64_t last = a[1]->i;
-      for (size_t d = 0; d < size.size(); ++d)
-        if (size[d] > 0) last += (size[d] - 1) * stride[d];
+      int64_t last = a[1]->kind == PValue::Int ? a[1]->i : -1;
+      if (last < 0) fail("_rebuild_tensor_v2 with a negative or missing storage offset");
       bool empty_tensor = false;
-      for (int64_t s : size) empty_tensor = empty_tensor || s == 0;
-      if (!empty_tensor && last >= st.numel()) fail("a tensor reaches past the end of its storage");
+      for (size_t d = 0; d < size.size(); ++d) {
+        if (size[d] < 0 || stride[d] < 0)
+          fail("_rebuild_tensor_v2 with a negative size or stride in dim " + std::to_string(d));
+        empty_tensor = empty_tensor || size[d] == 0;
+      }
+      for (size_t d = 0; d < size.size() && !empty_tensor; ++d) {
+        int64_t span = 0;
+        if (__builtin_mul_overflow(size[d] - 1, stride[d], &span) || __builtin_add_overflow(last, span, &last))
+          fail("a tensor reaches past the end of its storage");
+      }
+      if (empty_tensor ? last > st.numel() : last >= st.numel()) fail("a tensor reaches past the end of its storage");
       Tensor t = st.as_strided(size, stride, a[1]->i).clone();  // its own storage
       if (a[4]->kind == PValue::Bool && a[4]->b && t.is_floating_point()) t.requires_grad_(true);
       auto v = make(PValue::TensorV);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
@@ -267,6 +268,11 @@ Edge gradient_edge(const Tensor& t) {
   if (!m) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (!m->requires_grad) return {};
+  // A leaf's accumulator is made on first use; threads that record ops on the same leaf at once (the
+  // forwards of two RemoteModule stages attaching to one input: TSan saw it) must get the same one.
+  // As PyTorch's grad_accumulator(), under a lock.
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   auto acc = m->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t);

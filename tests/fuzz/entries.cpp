@@ -6,7 +6,7 @@ namespace troupe::fuzz {
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> all = [] {
     std::vector<Entry> v;
-    for (auto part : {data_entries, metrics_entries, actors_entries})
+    for (auto part : {data_entries, metrics_entries, actors_entries, jit_entries})
       for (auto& e : part()) v.push_back(std::move(e));
     return v;
   }();

@@ -25,11 +25,12 @@ struct Entry {
   std::vector<std::pair<std::string, std::string>> (*seeds)();
 };
 
-/// The entry points of each part (entries_data.cpp, entries_metrics.cpp, entries_actors.cpp): a libFuzzer
-/// target links only its part's libraries.
+/// The entry points of each part (entries_data.cpp, entries_metrics.cpp, entries_actors.cpp,
+/// entries_jit.cpp): a libFuzzer target links only its part's libraries.
 std::vector<Entry> data_entries();
 std::vector<Entry> metrics_entries();
 std::vector<Entry> actors_entries();
+std::vector<Entry> jit_entries();
 /// Every entry point (entries.cpp).
 const std::vector<Entry>& entries();
 /// The entry called `name`, or null.

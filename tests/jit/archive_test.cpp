@@ -140,6 +140,9 @@ TEST(Archive, TruncatedAndCorruptArchivesFailClearly) {
   expect_error(good.substr(0, good.size() / 2), "not a readable TorchScript archive");
   expect_error(good.substr(0, 10), "not a readable TorchScript archive");
   expect_error("", "not a readable TorchScript archive");
+  // a zip with no records (only its end-of-directory record): refused, and the open archive is released
+  // (it leaked when the reader's constructor threw; ASan's leak check caught it)
+  expect_error(std::string("PK\x05\x06") + std::string(18, '\0'), "the archive is empty");
   // flip a byte inside the first stored tensor (data/0): the CRC catches it
   std::string corrupt = good;
   const size_t at = corrupt.find("data/0");
@@ -148,6 +151,30 @@ TEST(Archive, TruncatedAndCorruptArchivesFailClearly) {
   expect_error(corrupt, "failed");
   std::remove(path.c_str());
   std::remove(bad.c_str());
+}
+
+TEST(Archive, LoadsFromAStreamAsFromAPath) {
+  // torch::jit::load(std::istream&): the same module as from the file; a damaged stream fails naming "the
+  // archive in memory (<n> bytes)"
+  const std::string path = troupe::testing::fixtures_dir() + "/jit_mlp_torch.pt";
+  ExtraFilesMap extra{{"io.txt", ""}};
+  std::ifstream in(path, std::ios::binary);
+  auto m = load(in, extra);
+  auto io = parse_io(extra["io.txt"]);
+  EXPECT_TRUE(allclose(m->forward(io.at("x")), io.at("y"), 1e-5, 1e-6));
+  EXPECT_EQ(m->code(), load(path)->code());
+  const std::string good = read_file(path);
+  // a truncated archive, and no bytes at all
+  for (const auto& [bytes, text] : {std::pair<std::string, std::string>{good.substr(0, good.size() / 2), "[jit::load] the archive in memory (" + std::to_string(good.size() / 2) + " bytes) is not a readable TorchScript archive"},
+                                    {std::string(), "[jit::load] the archive in memory (0 bytes) is empty"}}) {
+    std::istringstream bad(bytes);
+    try {
+      load(bad);
+      ADD_FAILURE() << "loaded a damaged archive of " << bytes.size() << " bytes";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(text, 0), 0u) << e.what();
+    }
+  }
 }
 
 TEST(Archive, LoadsPyTorchTracedMlpAndConvNet) {

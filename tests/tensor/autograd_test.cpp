@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tensor/autograd.h"
@@ -404,6 +405,25 @@ TEST(Autograd, GradFnNames) {
   z.mul_(y);
   EXPECT_EQ(z.grad_fn()->name(), "MulBackward0");
   EXPECT_EQ(z.grad_fn()->next_edges.size(), 2u);
+}
+
+TEST(Autograd, OneLeafHasOneAccumulatorWhenThreadsRecordAtOnce) {
+  // threads recording ops on the same fresh leaf at once all point at one AccumulateGrad (its lazy creation
+  // raced: ThreadSanitizer saw it under RemoteModule's async forwards), so every gradient lands in .grad
+  constexpr int kThreads = 4, kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    Tensor x = tensor({1.0, 2.0}).requires_grad_(true);
+    std::vector<Tensor> ys(kThreads);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) threads.emplace_back([&, i] { ys[i] = x * 1.0; });
+    for (auto& t : threads) t.join();
+    for (int i = 1; i < kThreads; ++i)
+      ASSERT_EQ(ys[i].grad_fn()->next_edges[0].fn, ys[0].grad_fn()->next_edges[0].fn) << "round " << round;
+    Tensor total = ys[0];
+    for (int i = 1; i < kThreads; ++i) total = total + ys[i];
+    total.sum().backward();
+    EXPECT_DOUBLE_EQ(x.grad().sum().item<double>(), 2.0 * kThreads);  // d(sum of kThreads copies)/dx = kThreads per element
+  }
 }
 
 TEST(Autograd, GradientDtypeFollowsTheLeaf) {
