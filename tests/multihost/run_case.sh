@@ -47,7 +47,11 @@ fail() {
   exit 1
 }
 need() {  # need REGEX WHAT: the output (without colour codes) must match REGEX
-  sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -Eq "$1" || fail "$2 (no line matches /$1/)"
+  # (not `sed | grep -q`: under pipefail, grep leaving at the first match makes sed's later writes fail with
+  # SIGPIPE, and the pipeline with them: three ranks' PASSED lines made that fail a passing run)
+  local clean
+  clean=$(sed 's/\x1b\[[0-9;]*m//g' "$out")
+  grep -Eq "$1" <<<"$clean" || fail "$2 (no line matches /$1/)"
 }
 
 # run_mh SECONDS HOSTS SLOTS MPIRUN-ARGS...: mpirun across the hosts, output to $out, bounded in time.
