@@ -86,19 +86,6 @@ comm::ProcessGroupPtr unpark(int64_t id, int64_t index) {
   return g;
 }
 
-// ---- optimizers by the options' class (what DistributedOptimizer's opt_new message carries)
-
-std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd) {
-  std::unique_ptr<optim::OptimizerOptions> o;
-  if (kind == "SGD") o = std::make_unique<optim::SGDOptions>(0.0);
-  else if (kind == "Adam") o = std::make_unique<optim::AdamOptions>();
-  else if (kind == "AdamW") o = std::make_unique<optim::AdamWOptions>();
-  else if (kind == "RMSprop") o = std::make_unique<optim::RMSpropOptions>();
-  else throw ActorError("[actors] unknown optimizer '" + kind + "' (known: SGD, Adam, AdamW, RMSprop)");
-  o->read(sd, "");
-  return o;
-}
-
 /// FSDP's inner optimizer on a sharded member: steps the optimizer DistributedOptimizer made over the
 /// same shard tensors (set for the duration of FullyShardedDataParallel::step), nothing otherwise.
 struct StepSlot {
@@ -364,7 +351,7 @@ std::unique_ptr<Actor> make_group_host(const List& a) {
   wrap("opt_new", [w, opts](const List& args, Handler& orig) -> Value {
     if (args.size() != 3 || !args[0].is<std::string>() || !args[0].as<std::string>().empty() || !w->joined_sharded())
       return orig(args);
-    auto o = options_of(args[1].as<std::string>(), detail::state_dict_from(args[2]));
+    auto o = detail::options_of(args[1].as<std::string>(), detail::state_dict_from(args[2]));
     int64_t id = opts->next++;
     opts->by_id[id] = make_optimizer(w->shards(), *o);
     return Value(id);

@@ -121,16 +121,6 @@ const char* options_kind(const optim::OptimizerOptions& o) {
   throw ActorError("[actors] DistributedOptimizer: options of an unknown optimizer (known: SGD, Adam, AdamW, RMSprop)");
 }
 
-std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd) {
-  std::unique_ptr<optim::OptimizerOptions> o;
-  if (kind == "SGD") o = std::make_unique<optim::SGDOptions>(0.0);
-  else if (kind == "Adam") o = std::make_unique<optim::AdamOptions>();
-  else if (kind == "AdamW") o = std::make_unique<optim::AdamWOptions>();
-  else if (kind == "RMSprop") o = std::make_unique<optim::RMSpropOptions>();
-  else throw ActorError("[actors] unknown optimizer '" + kind + "' (known: SGD, Adam, AdamW, RMSprop)");
-  o->read(sd, "");
-  return o;
-}
 
 // ------------------------------------------------------------------------------------------------
 // the host actor
@@ -386,7 +376,7 @@ class ModuleHost : public Actor {
   // An optimizer over the parameters of the module at spec's path ([path, kind, options]), as `id`.
   void new_optimizer(int64_t id, const List& spec) {
     guard(spec.at(0).as<std::string>(), [&](nn::Module& m) {
-      optimizers_[id] = make_optimizer(m.parameters(), *options_of(spec.at(1).as<std::string>(), dict_of(spec.at(2))));
+      optimizers_[id] = make_optimizer(m.parameters(), *detail::options_of(spec.at(1).as<std::string>(), dict_of(spec.at(2))));
       opt_specs_[id] = spec;
       return Value();
     });
@@ -996,7 +986,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<Tensor> params, con
   const std::string kind = options_kind(options);
   nn::StateDict sd;
   options.write(sd, "");
-  auto o = options_of(kind, sd);
+  auto o = detail::options_of(kind, sd);
   if (kind == "SGD") return std::make_unique<optim::SGD>(std::move(params), static_cast<optim::SGDOptions&>(*o));
   if (kind == "Adam") return std::make_unique<optim::Adam>(std::move(params), static_cast<optim::AdamOptions&>(*o));
   if (kind == "AdamW") return std::make_unique<optim::AdamW>(std::move(params), static_cast<optim::AdamWOptions&>(*o));
@@ -1089,5 +1079,18 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
 }
 
 // place(): placement.cpp
+
+namespace detail {
+std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd) {
+  std::unique_ptr<optim::OptimizerOptions> o;
+  if (kind == "SGD") o = std::make_unique<optim::SGDOptions>(0.0);
+  else if (kind == "Adam") o = std::make_unique<optim::AdamOptions>();
+  else if (kind == "AdamW") o = std::make_unique<optim::AdamWOptions>();
+  else if (kind == "RMSprop") o = std::make_unique<optim::RMSpropOptions>();
+  else throw ActorError("[actors] unknown optimizer '" + kind + "' (known: SGD, Adam, AdamW, RMSprop)");
+  o->read(sd, "");
+  return o;
+}
+}  // namespace detail
 
 }  // namespace troupe::actors
