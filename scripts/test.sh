@@ -57,17 +57,23 @@ if [[ $sanitize == 1 && $tsan == 1 ]]; then
   exit 2
 fi
 
-if [[ $tsan == 1 ]]; then
-  build="build-tsan"
+# configure_instrumented DIR OPTION FLAGS: a Debug tree with one of the instrumented builds (OPTION=ON),
+# FLAGS as its optimisation, CPU only, tests without benches or examples
+configure_instrumented() {
   # shellcheck disable=SC2046
-  cmake $(generator_args "$build") -S . -B "$build" \
+  cmake $(generator_args "$1") -S . -B "$1" \
     -DCMAKE_BUILD_TYPE=Debug \
-    "-DCMAKE_CXX_FLAGS_DEBUG=-O0" \
-    -DTROUPE_TSAN=ON "${launcher_args[@]}" \
+    "-DCMAKE_CXX_FLAGS_DEBUG=$3" \
+    "-D$2=ON" "${launcher_args[@]}" \
     -DTROUPE_CUDA=OFF \
     -DTROUPE_BUILD_TESTS=ON \
     -DTROUPE_BUILD_BENCH=OFF \
     -DTROUPE_BUILD_EXAMPLES=OFF
+}
+
+if [[ $tsan == 1 ]]; then
+  build="build-tsan"
+  configure_instrumented "$build" TROUPE_TSAN "-O0"
   suites=(${TROUPE_TSAN_SUITES:-comm actors})
   targets=()
   for suite in "${suites[@]}"; do targets+=("${suite}_tests"); done
@@ -79,15 +85,7 @@ if [[ $tsan == 1 ]]; then
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "$label_regex" -E "mpi" "${ctest_extra[@]}"
 elif [[ $sanitize == 1 ]]; then
   build="build-sanitize"
-  # shellcheck disable=SC2046
-  cmake $(generator_args "$build") -S . -B "$build" \
-    -DCMAKE_BUILD_TYPE=Debug \
-    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-    -DTROUPE_SANITIZE=ON "${launcher_args[@]}" \
-    -DTROUPE_CUDA=OFF \
-    -DTROUPE_BUILD_TESTS=ON \
-    -DTROUPE_BUILD_BENCH=OFF \
-    -DTROUPE_BUILD_EXAMPLES=OFF
+  configure_instrumented "$build" TROUPE_SANITIZE "-O1 -g1"
   suites=(${TROUPE_SANITIZE_SUITES:-tensor nn optim data util comm actors fuzz})
   targets=()
   # the target list is read once into a variable: `cmake ... | grep -q` under pipefail fails whenever

@@ -51,15 +51,48 @@ def chromium_binary():
     return None
 
 
-def chromium(binary, work, args, url, profile):
-    # A profile of its own per load: a browser still closing would otherwise take over the next load.
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", "--user-data-dir=" + os.path.join(work, profile),
-           "--virtual-time-budget=6000", "--window-size=1280,1400"] + args + [url]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-    if r.returncode != 0:
-        fail("chromium exited with %d: %s" % (r.returncode, r.stderr.decode("utf-8", "replace")[-2000:]))
-    return r.stdout.decode("utf-8", "replace")
+def png_ok(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        return head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) >= 10000
+    except OSError:
+        return False
+
+
+# Headless Chromium (156 here) now and then never finishes a --virtual-time-budget load: it sat with no
+# connection open to the page's server for the whole 120 s in 2 runs of 12 on a quiet machine. The
+# server is not the cause (no request pending), so a load that does not end in ATTEMPT_S is killed with
+# its process group and retried on a fresh profile; a screenshot already written completely counts.
+ATTEMPTS = 3
+ATTEMPT_S = 60
+
+
+def chromium(binary, work, args, url, profile, shot=None):
+    stderr_tail = ""
+    for attempt in range(1, ATTEMPTS + 1):
+        # A profile of its own per load: a browser still closing would otherwise take over the next load.
+        cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--no-first-run", "--user-data-dir=" + os.path.join(work, "%s-%d" % (profile, attempt)),
+               "--virtual-time-budget=6000", "--window-size=1280,1400"] + args + [url]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=ATTEMPT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+            stderr_tail = err.decode("utf-8", "replace")[-2000:]
+            if shot and png_ok(shot):
+                print("dashboard_check: chromium wrote the screenshot but did not exit in %d s; killed"
+                      % ATTEMPT_S, flush=True)
+                return ""
+            print("dashboard_check: chromium load %d of %d did not finish in %d s; killed%s"
+                  % (attempt, ATTEMPTS, ATTEMPT_S, ", retrying" if attempt < ATTEMPTS else ""), flush=True)
+            continue
+        if proc.returncode != 0:
+            fail("chromium exited with %d: %s" % (proc.returncode, err.decode("utf-8", "replace")[-2000:]))
+        return out.decode("utf-8", "replace")
+    fail("chromium did not finish any of %d loads of %d s; last stderr:\n%s" % (ATTEMPTS, ATTEMPT_S, stderr_tail))
 
 
 def main():
@@ -188,22 +221,10 @@ def main():
 
         # A reload (a fresh load of the same URL) with a screenshot kept as the artifact.
         shot = os.path.join(work, "dashboard.png")
-        try:
-            chromium(browser, work, ["--screenshot=" + shot, "--hide-scrollbars"], url, "profile-shot")
-        except subprocess.TimeoutExpired:
-            if not mpirun:
-                raise
-            # Under mpirun on a loaded 2-core machine the second headless load has been seen to stall
-            # (2 of 5 runs while a build ran beside it); the page itself was checked above, and the
-            # --ranks variant of this test keeps its screenshot as the artifact.
-            print("dashboard_check: screenshot skipped: chromium's second load did not finish in 120 s", flush=True)
-            shot = None
-        if shot:
-            with open(shot, "rb") as f:
-                head = f.read(8)
-            if head != b"\x89PNG\r\n\x1a\n" or os.path.getsize(shot) < 10000:
-                fail("no screenshot at " + shot)
-            print("dashboard_check: screenshot " + shot, flush=True)
+        chromium(browser, work, ["--screenshot=" + shot, "--hide-scrollbars"], url, "profile-shot", shot=shot)
+        if not png_ok(shot):
+            fail("no screenshot at " + shot)
+        print("dashboard_check: screenshot " + shot, flush=True)
     finally:
         open(stop_file, "w").close()
         try:
