@@ -12,17 +12,8 @@
 namespace troupe::jit {
 
 std::string scalar_type_name(ScalarType t) {
-  switch (t) {
-    case kBool: return "Bool";
-    case kUInt8: return "Byte";
-    case kInt32: return "Int";
-    case kInt64: return "Long";
-    case kFloat16: return "Half";
-    case kBFloat16: return "BFloat16";
-    case kFloat32: return "Float";
-    case kFloat64: return "Double";
-  }
-  return "Tensor";
+  std::string n = legacy_type_name(t);  // "FloatTensor": c10's name and "Tensor"
+  return n.substr(0, n.size() - 6);
 }
 
 ScalarType scalar_type_of_code(int64_t code) {

@@ -13,19 +13,10 @@ namespace troupe::detail {
 
 namespace {
 
-// c10's ScalarType names, which libtorch's messages print ("Int", "Double").
-const char* c10_name(ScalarType t) {
-  switch (t) {
-    case kBool: return "Bool";
-    case kUInt8: return "Byte";
-    case kInt32: return "Int";
-    case kInt64: return "Long";
-    case kFloat16: return "Half";
-    case kBFloat16: return "BFloat16";
-    case kFloat32: return "Float";
-    case kFloat64: return "Double";
-  }
-  return "Undefined";
+// c10's ScalarType names, which libtorch's messages print ("Int", "Double"): legacy_type_name less "Tensor".
+std::string c10_name(ScalarType t) {
+  std::string n = legacy_type_name(t);
+  return n.substr(0, n.size() - 6);
 }
 
 std::string join_sizes(const std::vector<int64_t>& sizes) {
