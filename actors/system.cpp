@@ -299,6 +299,10 @@ struct Host : InlineRunner {
   /// else waits for the actor (an exit) and comes back.
   void drain(caf::event_based_actor* self, bool from_post);
   bool run_inline(uint64_t id, const CallState& waiting) override;
+  /// A synchronous request from this process, run on this thread when the actor allows inline requests,
+  /// is idle and has nothing queued (as run_inline would run it, without a request state or a queue
+  /// entry); false when it did not run. `error` gets the handler's failure.
+  bool call_here(const std::string& method, const List& args, Value& result, std::string& error);
   /// Runs `it` on this thread (running_ is set), then wakes the actor for what arrived meanwhile.
   void run_here(Item& it, const caf::actor& handle);
   /// The handler of `method` (null: none), remembering the last one looked up.
@@ -372,6 +376,8 @@ class System {
   ~System() { stop(); }
 
   bool networked() const { return networked_; }
+  /// False once stop() began.
+  bool running() const { return running_.load(std::memory_order_relaxed); }
   int size() const { return size_; }
   caf::actor_system& sys() { return *system_; }
 
@@ -459,7 +465,17 @@ class System {
     return state;
   }
 
-  CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
+  bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result) {
+  if (!to.valid()) return false;
+  std::shared_ptr<Host> host = to.impl()->local.lock();
+  if (!host || !host->inline_ok || !host->sys->running()) return false;
+  std::string error;
+  if (!host->call_here(method, args, result, error)) return false;
+  if (!error.empty()) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + " failed: " + error);
+  return true;
+}
+
+CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
     // The hot path of one-way messages: no strings built, one uncontended lock.
     auto what = [&] { return "request '" + method + "' to actor " + to.str(); };
     if (!to.valid()) throw ActorError("[actors] " + what() + ": the ActorRef is empty");
@@ -1148,31 +1164,34 @@ class System {
   }
 
  public:
+  /// Runs `method(args)` on `h`'s actor (its handler, or the error when there is none or it threw).
+  static void invoke(Host& h, const std::string& method, const List& args, Value& result, std::string& error) {
+    Handler* fn = h.handler(ActorAccess::handlers(*h.actor), method);
+    if (!fn) {
+      std::string known;
+      for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
+      error = "it has no method '" + method + "' (its methods: " + known + ")";
+      return;
+    }
+    try {
+      result = (*fn)(args);
+    } catch (const std::exception& e) {
+      error = std::string("the handler threw: ") + e.what();
+    } catch (...) {
+      error = "the handler threw a non-std exception";
+    }
+  }
+
   /// Runs one message of `h` (on its CAF actor or on a waiting caller) and answers it.
   static void dispatch(Host& h, Item& item) {
     Call& c = item.call;
     Value result;
     std::string error;
-    auto& handlers = ActorAccess::handlers(*h.actor);
-    Handler* fn = nullptr;
-    if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
-    if (!error.empty()) {
-      // the tensor data of the arguments did not arrive
-    } else if (!c.args.decode_error().empty()) {
-      error = "its arguments could not be decoded: " + c.args.decode_error();
-    } else if (!(fn = h.handler(handlers, c.method))) {
-      std::string known;
-      for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
-      error = "it has no method '" + c.method + "' (its methods: " + known + ")";
-    } else {
-      try {
-        result = (*fn)(c.args.values);
-      } catch (const std::exception& e) {
-        error = std::string("the handler threw: ") + e.what();
-      } catch (...) {
-        error = "the handler threw a non-std exception";
-      }
+    if (c.args.extra) {  // only a message from another process has one
+      if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
+      if (error.empty() && !c.args.decode_error().empty()) error = "its arguments could not be decoded: " + c.args.decode_error();
     }
+    if (error.empty()) invoke(h, c.method, c.args.values, result, error);
     const bool ok = error.empty();
     if (c.id == 0) {
       if (!ok) {
@@ -1377,6 +1396,30 @@ bool Host::run_inline(uint64_t id, const CallState&) {
   return true;
 }
 
+bool Host::call_here(const std::string& method, const List& args, Value& result, std::string& error) {
+  if (!inline_ok) return false;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_ || running_ || posted_ || !q_.empty()) return false;
+    running_ = true;
+  }
+  {
+    InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
+    System::invoke(*this, method, args, result, error);
+  }
+  bool post;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    running_ = false;
+    post = !q_.empty() && !posted_ && !closed_;
+    if (post) posted_ = true;
+  }
+  if (post) {
+    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, tr_drain_atom::value);
+  }
+  return true;
+}
+
 void Host::close(const std::string& reason, std::vector<Item> left) {
   {
     std::lock_guard<SpinLock> g(mu_);
@@ -1437,6 +1480,16 @@ std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout) {
 
 void watch_deadline(const CallStatePtr& st) {
   if (System* s = g_raw.load(std::memory_order_acquire)) s->watch(st);
+}
+
+bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result) {
+  if (!to.valid()) return false;
+  std::shared_ptr<Host> host = to.impl()->local.lock();
+  if (!host || !host->inline_ok || !host->sys->running()) return false;
+  std::string error;
+  if (!host->call_here(method, args, result, error)) return false;
+  if (!error.empty()) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + " failed: " + error);
+  return true;
 }
 
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
