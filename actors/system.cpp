@@ -53,15 +53,15 @@ constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;
-// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
-// 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
-// the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20;
-// with vader's eager limit at 32 KB, 4 KB on the lane took 0.18-0.21 ms, still no better than CAF: the
-// hops' thread wake-ups cost more than the rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
-// bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
-// (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
-constexpr int64_t kLaneSmallBytes = 3072;
+// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench on 2 loaded cores):
+// messages whose values weigh at most kLaneSmallBytes take the lane, and so does one with a tensor of at
+// least kLaneBodyBytes (its big tensors as bodies); only one heavier than that made of smaller tensors
+// goes by CAF. Up to 2026-11-27 kLaneSmallBytes was 3 KB (vader's eager limit) and 4 KB - 1 MB went by
+// CAF, measured slower on the lane (0.33-0.64 ms against CAF's 0.17-0.26 ms); but in those runs the
+// benchmark's rank 1 sat in a blocking MPI_Recv, which spins, beside its lane thread. Without it (load
+// 10-11, same runs): 4 KB 0.105-0.108 ms on the lane against 0.120-0.139 by CAF, 64 KB 0.104-0.113 against
+// 0.197-0.214 (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
+constexpr int64_t kLaneSmallBytes = int64_t{1} << 20;
 constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
