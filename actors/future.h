@@ -123,6 +123,11 @@ T result_as(const CallState& s) {
 
 /// Sends method(args) to `to`; with want_reply, registers it and returns its state (else null).
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply);
+/// A request waited for at once: runs method(args) on this thread when `to` lives in this process, allows
+/// inline requests, is idle and has nothing queued (Actor::allow_inline_requests), with no request state;
+/// true with its value in `result`, ActorError (the text a Future would throw) when the handler failed,
+/// false when it did not run (then issue() it).
+bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result);
 /// Fails `s` at its deadline even when nobody waits (then() continuations depend on it).
 void watch_deadline(const CallStatePtr& s);
 
@@ -216,6 +221,22 @@ template <class R, class... A>
 Future<R> ActorRef::request(const std::string& method, A&&... args) const {
   return request_list<R>(method, List{to_value(std::forward<A>(args))...});
 }
+
+namespace detail {
+/// request_list<R>(method, args).get(), run on this thread with no request state when call_inline can.
+template <class R>
+R call_now(const ActorRef& to, const std::string& method, List args) {
+  Value v;
+  if (!call_inline(to, method, args, v)) return to.request_list<R>(method, std::move(args)).get();
+  if constexpr (!std::is_void_v<R>) {
+    try {
+      return from_value<R>(std::move(v));
+    } catch (const ActorError& e) {
+      throw ActorError("[actors] request '" + method + "' to actor " + to.str() + ": result: " + e.what());
+    }
+  }
+}
+}  // namespace detail
 
 template <class... A>
 void ActorRef::send(const std::string& method, A&&... args) const {

@@ -19,6 +19,10 @@ double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 std::string host_name() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -32,7 +36,7 @@ struct Counters {
   double spawned_at = 0;
   std::vector<std::string> modules;
   std::atomic<int64_t> messages{0}, errors{0}, busy_ns{0};
-  std::atomic<double> last_at{0};
+  std::atomic<int64_t> last_steady_ns{0};  // steady_clock at the end of the last message (0: none yet)
   std::atomic<const std::string*> current{nullptr};  // the method running now (a key of the handler map)
   std::mutex mu;
   std::string last_error;
@@ -49,7 +53,10 @@ struct Counters {
       a.current_method = *m;
     }
     a.spawned_at = spawned_at;
-    a.last_message_at = last_at.load(std::memory_order_relaxed);
+    if (const int64_t l = last_steady_ns.load(std::memory_order_relaxed)) {
+      // wall time from the steady clock's (a handler reads one clock, not two)
+      a.last_message_at = wall_now() - 1e-9 * static_cast<double>(steady_ns(std::chrono::steady_clock::now()) - l);
+    }
     a.modules = modules;
     std::lock_guard<std::mutex> g(mu);
     a.last_error = last_error;
@@ -64,10 +71,10 @@ void count_handlers(Actor& actor, const std::shared_ptr<Counters>& c) {
       const auto t0 = std::chrono::steady_clock::now();
       c->current.store(m, std::memory_order_release);
       auto done = [&](const char* what) {
-        c->busy_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
-                             std::memory_order_relaxed);
+        const int64_t t1 = steady_ns(std::chrono::steady_clock::now());
+        c->busy_ns.fetch_add(t1 - steady_ns(t0), std::memory_order_relaxed);
         c->messages.fetch_add(1, std::memory_order_relaxed);
-        c->last_at.store(wall_now(), std::memory_order_relaxed);
+        c->last_steady_ns.store(t1, std::memory_order_relaxed);
         c->current.store(nullptr, std::memory_order_release);
         if (what) {
           c->errors.fetch_add(1, std::memory_order_relaxed);

@@ -289,9 +289,12 @@ class ModuleHost : public Actor {
       auto leaf = [&](const Tensor& t) {
         const bool need = n < needs.size() && needs[n];
         ++n;
-        Tensor l = t.defined() ? t.detach() : t;
-        if (grad && need && l.defined()) l.requires_grad_(true);
-        leaves.push_back(l);
+        // a fresh handle when the host's graph would otherwise reach into the caller's (a tensor that
+        // needs no grad passes as it is: no graph starts at it)
+        const bool fresh = t.defined() && ((grad && need) || t.requires_grad());
+        Tensor l = fresh ? t.detach() : t;
+        if (grad && need && fresh) l.requires_grad_(true);
+        if (grad) leaves.push_back(l);  // kept only with a recorded graph
         return l;
       };
       auto arg = [&](const Value& v) {
@@ -317,14 +320,21 @@ class ModuleHost : public Actor {
       if (grad)
         for (const auto& o : outs) recorded = recorded || (o.defined() && o.requires_grad());
       if (recorded) recorded_[key] = Recorded{std::move(leaves), outs};
-      nn::Value detached = out;
-      if (out.is_tensor()) detached = nn::Value(out.tensor().detach());
-      else if (out.is_tuple()) {
-        nn::Value::TensorTuple ts;
-        for (auto& t : out.tuple()) ts.push_back(t.defined() ? t.detach() : t);
-        detached = nn::Value(std::move(ts));
+      // the caller gets fresh handles (its RemoteCallNode becomes their grad_fn); under no_grad a tensor
+      // that needs no grad is nobody's graph and passes as it is
+      auto cut = [grad](const Tensor& t) { return t.defined() && (grad || t.requires_grad()) ? t.detach() : t; };
+      Value res;
+      if (out.is_tensor()) {
+        res = Value(cut(out.tensor()));
+      } else if (out.is_tuple()) {
+        List ts;
+        ts.reserve(out.tuple().size());
+        for (auto& t : out.tuple()) ts.emplace_back(cut(t));
+        res = Value(std::move(ts));
+      } else {
+        res = to_value(out);
       }
-      return Value(List{Value(recorded), to_value(detached)});
+      return Value(List{Value(recorded), std::move(res)});
     });
   }
 
@@ -546,7 +556,7 @@ struct RemoteCallNode : autograd::Node {
     if (call->sup) call->sup->check_graph(call->gen, *what);  // a restarted host lost the graph
     List r;
     try {
-      r = call->host.request<List>("bwd", call->key, std::move(g)).get();
+      r = detail::call_now<List>(call->host, "bwd", List{Value(call->key), Value(std::move(g))});
     } catch (const ActorError& e) {
       if (call->sup && call->sup->recover(call->gen, e.what())) call->sup->check_graph(call->gen, *what);
       throw;
@@ -576,6 +586,14 @@ nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRe
     ++nr;
   }
   return out;
+}
+
+/// A forward's output from the host's [recorded, output], with its RemoteCallNode when it recorded one.
+nn::Value forward_result(List r, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
+                         const std::shared_ptr<const std::string>& what, std::shared_ptr<detail::HostSupervisor> sup, uint64_t gen) {
+  nn::Value out = from_value<nn::Value>(r.at(1));
+  if (!r.at(0).as<bool>()) return out;
+  return attach(std::move(out), inputs, host, key, what, std::move(sup), gen);
 }
 
 }  // namespace
@@ -691,9 +709,10 @@ RemoteModule::~RemoteModule() {
 
 template <class R, class... A>
 R RemoteModule::ask(const std::string& method, A&&... args) const {
-  if (!sup_) return host_.request<R>(method, path_, std::forward<A>(args)...).get();
-  return detail::supervised_call(sup_.get(), method, path_, detail::idempotent_call(method),
-                                 [&] { return sup_->current().first.request<R>(method, path_, args...).get(); });
+  if (!sup_) return detail::call_now<R>(host_, method, List{Value(path_), to_value(std::forward<A>(args))...});
+  return detail::supervised_call(sup_.get(), method, path_, detail::idempotent_call(method), [&] {
+    return detail::call_now<R>(sup_->current().first, method, List{Value(path_), to_value(args)...});
+  });
 }
 
 RemoteModulePtr RemoteModule::sub(const std::string& rel, const std::string& class_name, bool training) const {
@@ -728,23 +747,32 @@ Future<nn::Value> RemoteModule::send_forward(const nn::Args& args, const nn::Kwa
   for (const auto& [k, v] : kwargs) kw.emplace_back(List{Value(k), to_value(v)});
   const int64_t key = next_key();
   const int64_t flags = (grad ? 1 : 0) | (hooks ? 2 : 0);
-  std::pair<ActorRef, uint64_t> cur = sup_ ? sup_->current() : std::pair<ActorRef, uint64_t>(host_, 0);
-  ActorRef h = cur.first;
+  std::pair<ActorRef, uint64_t> cur;
+  if (sup_) cur = sup_->current();
+  const ActorRef& h = sup_ ? cur.first : host_;
   const uint64_t gen = cur.second;
-  auto f = h.request<List>("fwd", path_, std::move(a), std::move(kw), flags, key, needs_of(inputs));
+  static const std::string kFwd = "fwd";
+  List fargs{Value(path_), Value(std::move(a)), Value(std::move(kw)), Value(flags), Value(key), to_value(needs_of(inputs))};
   // a supervised host may have moved to another rank: its text is made per call; else once per proxy
-  auto what = sup_ ? std::make_shared<const std::string>(class_name_ + " `" + path_ + "` on rank " + std::to_string(h.rank()))
-                   : what_;
-  auto finish = [inputs = std::move(inputs), h, key, what, sup = sup_, gen](List r) {
-    nn::Value out = from_value<nn::Value>(r.at(1));
-    if (!r.at(0).as<bool>()) return out;
-    return attach(std::move(out), inputs, h, key, what, sup, gen);
-  };
+  std::shared_ptr<const std::string> moved_what;
+  if (sup_) moved_what = std::make_shared<const std::string>(class_name_ + " `" + path_ + "` on rank " + std::to_string(h.rank()));
+  const std::shared_ptr<const std::string>& what = sup_ ? moved_what : what_;
+  auto finish = [&inputs, &h, key, &what, this, gen](List r) { return forward_result(std::move(r), inputs, h, key, what, sup_, gen); };
   if (result) {
-    *result = finish(f.get());
+    // waited for here: an idle host in this process runs it on this thread, with no request state
+    Value v;
+    if (detail::call_inline(h, kFwd, fargs, v)) {
+      if (!v.is<List>()) throw ActorError("[actors] request 'fwd' to actor " + h.str() + ": result: expected list, got " + v.kind());
+      *result = finish(std::move(std::get<List>(v.get())));
+    } else {
+      *result = finish(h.request_list<List>(kFwd, std::move(fargs)).get());
+    }
     return {};
   }
-  return f.then(std::move(finish));
+  return h.request_list<List>(kFwd, std::move(fargs))
+      .then([inputs = std::move(inputs), h, key, what, sup = sup_, gen](List r) {
+        return forward_result(std::move(r), inputs, h, key, what, sup, gen);
+      });
 }
 
 // A forward waited for here: a supervised host's failure is retried when the call records nothing

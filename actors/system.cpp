@@ -53,15 +53,15 @@ constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;
-// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench and actors_bench on
-// 2 loaded cores): messages whose values stay under MPI's eager limit (vader's 4 KB, with our head) take
-// the lane (round trip 45-65 us against CAF's 67-98 us); larger ones up to a tensor of kLaneBodyBytes go
-// by CAF (4-64 KB on the lane: 0.33-0.64 ms against CAF's 0.17-0.26 ms in the same runs, load 17-20;
-// with vader's eager limit at 32 KB, 4 KB on the lane took 0.18-0.21 ms, still no better than CAF: the
-// hops' thread wake-ups cost more than the rendezvous); one with a tensor of at least kLaneBodyBytes takes the lane again, its big tensors as
-// bodies (1 MB: 0.75-1.40 ms against CAF's 1.17-1.87 ms, 7 of 7 pairs; 16 MB: 5-6 ms against 7.5-10 ms)
-// (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
-constexpr int64_t kLaneSmallBytes = 3072;
+// Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench on 2 loaded cores):
+// messages whose values weigh at most kLaneSmallBytes take the lane, and so does one with a tensor of at
+// least kLaneBodyBytes (its big tensors as bodies); only one heavier than that made of smaller tensors
+// goes by CAF. Up to 2026-11-27 kLaneSmallBytes was 3 KB (vader's eager limit) and 4 KB - 1 MB went by
+// CAF, measured slower on the lane (0.33-0.64 ms against CAF's 0.17-0.26 ms); but in those runs the
+// benchmark's rank 1 sat in a blocking MPI_Recv, which spins, beside its lane thread. Without it (load
+// 10-11, same runs): 4 KB 0.105-0.108 ms on the lane against 0.120-0.139 by CAF, 64 KB 0.104-0.113 against
+// 0.197-0.214 (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
+constexpr int64_t kLaneSmallBytes = int64_t{1} << 20;
 constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
@@ -299,6 +299,10 @@ struct Host : InlineRunner {
   /// else waits for the actor (an exit) and comes back.
   void drain(caf::event_based_actor* self, bool from_post);
   bool run_inline(uint64_t id, const CallState& waiting) override;
+  /// A synchronous request from this process, run on this thread when the actor allows inline requests,
+  /// is idle and has nothing queued (as run_inline would run it, without a request state or a queue
+  /// entry); false when it did not run. `error` gets the handler's failure.
+  bool call_here(const std::string& method, const List& args, Value& result, std::string& error);
   /// Runs `it` on this thread (running_ is set), then wakes the actor for what arrived meanwhile.
   void run_here(Item& it, const caf::actor& handle);
   /// The handler of `method` (null: none), remembering the last one looked up.
@@ -372,6 +376,8 @@ class System {
   ~System() { stop(); }
 
   bool networked() const { return networked_; }
+  /// False once stop() began.
+  bool running() const { return running_.load(std::memory_order_relaxed); }
   int size() const { return size_; }
   caf::actor_system& sys() { return *system_; }
 
@@ -459,7 +465,17 @@ class System {
     return state;
   }
 
-  CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
+  bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result) {
+  if (!to.valid()) return false;
+  std::shared_ptr<Host> host = to.impl()->local.lock();
+  if (!host || !host->inline_ok || !host->sys->running()) return false;
+  std::string error;
+  if (!host->call_here(method, args, result, error)) return false;
+  if (!error.empty()) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + " failed: " + error);
+  return true;
+}
+
+CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
     // The hot path of one-way messages: no strings built, one uncontended lock.
     auto what = [&] { return "request '" + method + "' to actor " + to.str(); };
     if (!to.valid()) throw ActorError("[actors] " + what() + ": the ActorRef is empty");
@@ -1148,31 +1164,34 @@ class System {
   }
 
  public:
+  /// Runs `method(args)` on `h`'s actor (its handler, or the error when there is none or it threw).
+  static void invoke(Host& h, const std::string& method, const List& args, Value& result, std::string& error) {
+    Handler* fn = h.handler(ActorAccess::handlers(*h.actor), method);
+    if (!fn) {
+      std::string known;
+      for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
+      error = "it has no method '" + method + "' (its methods: " + known + ")";
+      return;
+    }
+    try {
+      result = (*fn)(args);
+    } catch (const std::exception& e) {
+      error = std::string("the handler threw: ") + e.what();
+    } catch (...) {
+      error = "the handler threw a non-std exception";
+    }
+  }
+
   /// Runs one message of `h` (on its CAF actor or on a waiting caller) and answers it.
   static void dispatch(Host& h, Item& item) {
     Call& c = item.call;
     Value result;
     std::string error;
-    auto& handlers = ActorAccess::handlers(*h.actor);
-    Handler* fn = nullptr;
-    if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
-    if (!error.empty()) {
-      // the tensor data of the arguments did not arrive
-    } else if (!c.args.decode_error().empty()) {
-      error = "its arguments could not be decoded: " + c.args.decode_error();
-    } else if (!(fn = h.handler(handlers, c.method))) {
-      std::string known;
-      for (const auto& m : h.actor->methods()) known += (known.empty() ? "" : ", ") + m;
-      error = "it has no method '" + c.method + "' (its methods: " + known + ")";
-    } else {
-      try {
-        result = (*fn)(c.args.values);
-      } catch (const std::exception& e) {
-        error = std::string("the handler threw: ") + e.what();
-      } catch (...) {
-        error = "the handler threw a non-std exception";
-      }
+    if (c.args.extra) {  // only a message from another process has one
+      if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
+      if (error.empty() && !c.args.decode_error().empty()) error = "its arguments could not be decoded: " + c.args.decode_error();
     }
+    if (error.empty()) invoke(h, c.method, c.args.values, result, error);
     const bool ok = error.empty();
     if (c.id == 0) {
       if (!ok) {
@@ -1377,6 +1396,30 @@ bool Host::run_inline(uint64_t id, const CallState&) {
   return true;
 }
 
+bool Host::call_here(const std::string& method, const List& args, Value& result, std::string& error) {
+  if (!inline_ok) return false;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_ || running_ || posted_ || !q_.empty()) return false;
+    running_ = true;
+  }
+  {
+    InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
+    System::invoke(*this, method, args, result, error);
+  }
+  bool post;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    running_ = false;
+    post = !q_.empty() && !posted_ && !closed_;
+    if (post) posted_ = true;
+  }
+  if (post) {
+    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, tr_drain_atom::value);
+  }
+  return true;
+}
+
 void Host::close(const std::string& reason, std::vector<Item> left) {
   {
     std::lock_guard<SpinLock> g(mu_);
@@ -1437,6 +1480,16 @@ std::string await_data_plane(Payload& p, std::chrono::milliseconds timeout) {
 
 void watch_deadline(const CallStatePtr& st) {
   if (System* s = g_raw.load(std::memory_order_acquire)) s->watch(st);
+}
+
+bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result) {
+  if (!to.valid()) return false;
+  std::shared_ptr<Host> host = to.impl()->local.lock();
+  if (!host || !host->inline_ok || !host->sys->running()) return false;
+  std::string error;
+  if (!host->call_here(method, args, result, error)) return false;
+  if (!error.empty()) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + " failed: " + error);
+  return true;
 }
 
 CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {

@@ -182,13 +182,24 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
   MPI_ONLY();
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef echo = rt.spawn_on(peer, "big" + std::to_string(ctx.rank), "Counter", 0);
-  for (int64_t bytes : {int64_t{4} << 10, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
+  // across the lane's limits: a tensor inside the head (< 32 KB), one as a body in a message of at most
+  // 1 MB, just under and at 1 MB, and beyond
+  for (int64_t bytes : {int64_t{4} << 10, (int64_t{32} << 10) - 4, int64_t{32} << 10, int64_t{64} << 10,
+                        (int64_t{1} << 20) - 4, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
     Tensor t = randn({bytes / 4});
     Tensor back = echo.request<Tensor>("echo", t).get();
     EXPECT_TRUE(equal(back, t)) << bytes;
     EXPECT_NE(back.data_ptr(), t.data_ptr());
     Tensor s = echo.request<Tensor>("scale", t, 2.0).get();
     EXPECT_TRUE(equal(s, t * 2.0)) << bytes;
+  }
+  // more than 1 MB made of tensors under 1 MB each (this one goes by CAF), then the lane again: in order
+  {
+    List parts;
+    for (int i = 0; i < 5; ++i) parts.emplace_back(full({256 << 10 >> 2}, static_cast<double>(i)));
+    List back = echo.request<Value>("echo", Value(parts)).get().as<List>();
+    ASSERT_EQ(back.size(), 5u);
+    for (int i = 0; i < 5; ++i) EXPECT_TRUE(equal(back[i].as<Tensor>(), full({256 << 10 >> 2}, static_cast<double>(i)))) << i;
   }
   Tensor m = randn({1024, 512}, TensorOptions().dtype(kFloat64));
   List in{Value(m.t()), Value(int64_t{7}), Value(List{Value(ones({3})), Value(m)}), Value(Tensor())};

@@ -231,6 +231,36 @@ TEST(RemoteModule, ApplyAndHooksByRegisteredName) {
   });
 }
 
+// In one process tensors pass by handle and the host detaches only what needs it: an input that needs no
+// grad is neither changed nor part of any graph afterwards, and the results are those of the local module.
+TEST(RemoteModule, InputsThatNeedNoGradPassUnchanged) {
+  register_remote_models();
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto lin = host(ctx.actors(), 1, "Linear", {4, 3});
+      auto params = lin->named_parameters();
+      Tensor x = randn({2, 4});
+      Tensor expect = x.matmul(params["weight"].detach().t()) + params["bias"].detach();
+      {
+        NoGradGuard g;
+        Tensor y = (*lin)(x);
+        EXPECT_FALSE(y.requires_grad());
+        EXPECT_LT(max_diff(y, expect), 1e-6);
+      }
+      Tensor y = (*lin)(x);
+      EXPECT_FALSE(x.requires_grad());
+      EXPECT_TRUE(x.is_leaf());
+      EXPECT_EQ(y.grad_fn()->name(), "RemoteModuleBackward");
+      EXPECT_LT(max_diff(y, expect), 1e-6);
+      y.sum().backward();
+      EXPECT_FALSE(x.grad().defined());
+      EXPECT_LT(max_diff(params["weight"].grad(), ones({3, 2}).matmul(x)), 1e-6);
+      EXPECT_LT(max_diff(params["bias"].grad(), full({3}, 2.0)), 1e-6);
+    }
+    ctx.world->barrier();
+  });
+}
+
 TEST(RemoteModule, NoGradRetainGraphAndBackwardTwice) {
   register_remote_models();
   on_ranks(2, [](launch::Context& ctx) {

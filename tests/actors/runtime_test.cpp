@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <thread>
+#include <vector>
 
 #include <troupe/tensor/ops.h>
 
@@ -162,6 +164,103 @@ TEST(ActorsRuntime, HandlerExceptionNamesActorRankAndMethod) {
       EXPECT_TRUE(contains(e, "'add' takes 1 argument, got 0")) << e;
       e = error_of([&] { c.request<std::string>("get").get(); });
       EXPECT_TRUE(contains(e, "expected string, got int")) << e;
+    }
+    ctx.world->barrier();
+  });
+}
+
+namespace {
+// An actor that says which thread ran each message and how many ran at once; "block" holds it busy until
+// released (each wait bounded).
+std::atomic<int> g_probe_running{0}, g_probe_max{0};
+std::atomic<bool> g_probe_blocking{false}, g_probe_release{false};
+int64_t thread_tag() { return static_cast<int64_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0x7fffffffffffll); }
+bool wait_flag(const std::atomic<bool>& f) {
+  for (auto t0 = std::chrono::steady_clock::now(); !f.load();) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+struct InlineProbe : Actor {
+  std::vector<int64_t> seen;
+  explicit InlineProbe(bool allow) {
+    if (allow) allow_inline_requests();
+    auto enter = [] {
+      const int n = ++g_probe_running;
+      for (int m = g_probe_max.load(); n > m && !g_probe_max.compare_exchange_weak(m, n);) {
+      }
+    };
+    handle("tid", [enter] {
+      enter();
+      --g_probe_running;
+      return thread_tag();
+    });
+    handle("append", [this, enter](int64_t v) {
+      enter();
+      seen.push_back(v);
+      --g_probe_running;
+    });
+    handle("seen", [this] { return seen; });
+    handle("block", [enter] {
+      enter();
+      g_probe_blocking = true;
+      const bool released = wait_flag(g_probe_release);
+      --g_probe_running;
+      return released;
+    });
+    handle("fail", [](std::string why) -> int64_t { throw std::runtime_error("probe refused: " + why); });
+  }
+};
+}  // namespace
+
+// detail::call_now (RemoteModule's synchronous calls): an idle actor that allows inline requests runs the
+// request on the caller's thread; a busy one, or one with messages queued, gets it queued behind them.
+TEST(ActorsRuntime, SynchronousCallsRunInlineOnlyOnAnIdleActorInOrder) {
+  register_actor<InlineProbe, bool>("InlineProbe");
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      g_probe_running = 0;
+      g_probe_max = 0;
+      g_probe_blocking = false;
+      g_probe_release = false;
+      ActorRef p = ctx.actors().spawn_on(1, "probe", "InlineProbe", true);
+      ActorRef q = ctx.actors().spawn_on(1, "plain", "InlineProbe", false);
+      // idle: on this thread (an actor that does not allow it: on its own)
+      EXPECT_EQ(actors::detail::call_now<int64_t>(p, "tid", List{}), thread_tag());
+      EXPECT_NE(actors::detail::call_now<int64_t>(q, "tid", List{}), thread_tag());
+      // busy: queued behind what came before, and never two handlers at once
+      auto blocked = p.request<bool>("block");
+      ASSERT_TRUE(wait_flag(g_probe_blocking));
+      p.send("append", 1);
+      p.send("append", 2);
+      std::thread releaser([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        g_probe_release = true;
+      });
+      std::vector<int64_t> seen = actors::detail::call_now<std::vector<int64_t>>(p, "seen", List{});
+      releaser.join();
+      EXPECT_TRUE(blocked.get());
+      EXPECT_EQ(seen, (std::vector<int64_t>{1, 2}));
+      EXPECT_EQ(g_probe_max.load(), 1);
+      // idle again (the actor's thread may still be finishing its turn just after it answered "seen")
+      bool here = false;
+      for (int k = 0; k < 2000 && !here; ++k) {
+        here = actors::detail::call_now<int64_t>(p, "tid", List{}) == thread_tag();
+        if (!here) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_TRUE(here);
+      EXPECT_EQ(g_probe_max.load(), 1);
+      // a failing handler: the text a Future throws
+      std::string inline_err = error_of([&] { actors::detail::call_now<int64_t>(p, "fail", List{Value("no")}); });
+      std::string future_err = error_of([&] { q.request<int64_t>("fail", "no").get(); });
+      EXPECT_EQ(inline_err, "[actors] request 'fail' to actor 'probe' (rank 1) failed: the handler threw: probe refused: no");
+      EXPECT_EQ(future_err, "[actors] request 'fail' to actor 'plain' (rank 1) failed: the handler threw: probe refused: no");
+      std::string kind_err = error_of([&] { actors::detail::call_now<std::string>(p, "tid", List{}); });
+      EXPECT_TRUE(contains(kind_err, "request 'tid' to actor 'probe' (rank 1): result:") && contains(kind_err, "expected string, got int"))
+          << kind_err;
+      p.stop();
+      q.stop();
     }
     ctx.world->barrier();
   });
