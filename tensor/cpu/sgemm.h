@@ -8,7 +8,7 @@ namespace troupe::cpu {
 
 /// C (M x N, row stride ldc, unit column stride) = alpha * A @ B + beta * C, where element (i, k) of A is at
 /// a[i*rsa + k*csa] and (k, j) of B at b[k*rsb + j*csb] (any strides: transposes are free). beta == 0 ignores
-/// C's old values (NaN included), as BLAS does. Packed panels, a 12x32 AVX-512 or 6x16 AVX2+FMA micro-kernel,
+/// C's old values (NaN included), as BLAS does. Packed panels, 12x32 or 6x32 AVX-512 or 6x16 AVX2+FMA micro-kernels,
 /// threads over tiles of C.
 void sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t rsa, int64_t csa,
                   const float* b, int64_t rsb, int64_t csb, float beta, float* c, int64_t ldc);
