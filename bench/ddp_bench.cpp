@@ -1,5 +1,5 @@
 // DistributedDataParallel training step and ZeRO memory per rank (issue 5). Run as
-//   mpirun --allow-run-as-root -np 2 ddp_bench [--quick] [--samples=N] [--loss=mse|ce]
+//   mpirun --allow-run-as-root -np 2 ddp_bench [--quick] [--samples=N] [--loss=mse|ce] [--profile]
 // (or `ddp_bench --ranks 2`: two ranks as threads of one process, the `local` backend).
 //
 // Step: opt.zero_grad(); loss = cross_entropy (or mse) of an MLP 784-1024-1024-10 (ReLU) on this rank's
@@ -318,6 +318,62 @@ bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& 
 }
 #endif
 
+bool profile = false;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// --profile: where a step's time goes, local and DDP (default buckets) side by side: zero_grad, forward (model and
+// loss), backward (for DDP: with the bucket copies, the all-reduces it overlaps and the wait for the last bucket),
+// the optimizer step; each phase is the median over `steps` steps of the slowest rank's time (the ranks time a step
+// after a barrier). Then one all_reduce of all the gradients (7.45 MB) alone, the wait DDP cannot hide at best.
+void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const Tensor& x, const Tensor& yc,
+                  const Tensor& yd, int steps) {
+  const char* phases[] = {"zero_grad", "forward + loss", "backward", "optimizer step", "whole step"};
+  auto run = [&](Case& c) {
+    std::vector<std::vector<double>> ms(5);
+    for (int i = 0; i < steps; ++i) {
+      pg->barrier();
+      auto t0 = Clock::now();
+      c.opt->zero_grad();
+      auto t1 = Clock::now();
+      Tensor loss = loss_of((*c.model)(x), yc, yd);
+      auto t2 = Clock::now();
+      loss.backward();
+      auto t3 = Clock::now();
+      c.opt->step();
+      auto t4 = Clock::now();
+      do_not_optimize(loss.item<float>());
+      const double d[5] = {ms_between(t0, t1), ms_between(t1, t2), ms_between(t2, t3), ms_between(t3, t4),
+                           ms_between(t0, t4)};
+      for (int k = 0; k < 5; ++k) ms[k].push_back(max_over_ranks(pg, d[k]));
+    }
+    std::vector<double> med;
+    for (auto& v : ms) med.push_back(median(v));
+    return med;
+  };
+  auto lo = run(local), dd = run(ddp);
+  int64_t numel = 0;
+  for (const auto& p : local.inner->parameters()) numel += p.numel();
+  Tensor flat = zeros({numel});
+  std::vector<double> ar;
+  for (int i = 0; i < std::max(steps, 5); ++i) {
+    pg->barrier();
+    auto t0 = Clock::now();
+    pg->all_reduce(flat, comm::ReduceOp::SUM);
+    ar.push_back(max_over_ranks(pg, ms_since(t0)));
+  }
+  if (pg->rank() != 0) return;
+  std::printf("\nstep profile (--profile; %d steps each, median of the slowest rank's ms per phase)\n", steps);
+  std::printf("  %-16s %10s %10s %10s\n", "phase", "local", "DDP", "DDP-local");
+  for (int k = 0; k < 5; ++k)
+    std::printf("  %-16s %10.2f %10.2f %+10.2f\n", phases[k], lo[k], dd[k], dd[k] - lo[k]);
+  std::printf("  all_reduce of all gradients alone (%.2f MB): %.2f ms (median of %zu)\n", numel * 4 / 1e6,
+              median(ar), ar.size());
+  std::fflush(stdout);
+}
+
 int bench(launch::Context& ctx) {
   auto pg = ctx.world;
   const int me = ctx.rank, n = ctx.size;
@@ -384,6 +440,8 @@ int bench(launch::Context& ctx) {
   bucket_diff = max_over_ranks(pg, bucket_diff);
   const bool ok = rank_diff == 0 && bucket_diff <= 1e-6;
   if (!ok) ++check_failures;
+  // after the checks: the profile steps the local and the default DDP models further than the others
+  if (profile) profile_step(pg, *cases[0], *cases[2], x, yc, yd, steps * samples);
 
   if (me == 0) {
     std::printf("\n%d samples x %d steps per case; ms per step = median over samples of the slowest rank's mean\n",
@@ -447,6 +505,7 @@ int main(int argc, char** argv) {
   parse_args(argc, argv, "ddp_bench", [&](troupe::cli::App& app) {
     troupe::cli::add_launch_flags(app);
     app.add_option("--loss", loss, "ce or mse")->check(CLI::IsMember({"ce", "mse"}));
+    app.add_flag("--profile", profile, "time zero_grad, forward, backward and the optimizer step apart");
   });
   use_mse = loss == "mse";
   if (!cfg.quick && cfg.samples == 15) cfg.samples = 9;

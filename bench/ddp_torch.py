@@ -10,7 +10,7 @@ Timing as ddp_bench: samples of `steps` steps per case, cases interleaved in rot
 before each sample, the slowest rank's time (all_reduce MAX) / steps; medians printed by rank 0, and
 the line "torch_ddp_ms_per_step <ms>" that scripts/ddp_bench.sh reads.
 
-    /usr/bin/python3 bench/ddp_torch.py [--quick] [--samples N] [--ranks 2] [--loss ce|mse]
+    /usr/bin/python3 bench/ddp_torch.py [--quick] [--samples N] [--ranks 2] [--loss ce|mse] [--profile]
 """
 import argparse
 import math
@@ -98,8 +98,49 @@ def worker(rank, size, port, args):
                   f"comm overhead over local {m - local:+6.2f} ms")
         print(f"torch_ddp_ms_per_step {statistics.median(cases[1]['ms']):.3f}")
         print(f"torch_local_ms_per_step {local:.3f}")
+    if args.profile:
+        profile_step(rank, cases, x, loss_of, steps * samples)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def profile_step(rank, cases, x, loss_of, steps):
+    """--profile: ddp_bench --profile's table (median over steps of the slowest rank's ms per phase)."""
+    names = ["zero_grad", "forward + loss", "backward", "optimizer step", "whole step"]
+    med = []
+    for c in cases:
+        ms = [[] for _ in names]
+        for _ in range(steps):
+            dist.barrier()
+            t = [time.perf_counter()]
+            c["opt"].zero_grad()
+            t.append(time.perf_counter())
+            loss = loss_of(c["model"](x))
+            t.append(time.perf_counter())
+            loss.backward()
+            t.append(time.perf_counter())
+            c["opt"].step()
+            t.append(time.perf_counter())
+            loss.item()
+            d = [(t[k + 1] - t[k]) * 1000 for k in range(4)] + [(t[4] - t[0]) * 1000]
+            for k in range(5):
+                ms[k].append(max_over_ranks(d[k]))
+        med.append([statistics.median(v) for v in ms])
+    numel = sum(p.numel() for p in cases[0]["model"].parameters())
+    flat = torch.zeros(numel)
+    ar = []
+    for _ in range(max(steps, 5)):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(flat)
+        ar.append(max_over_ranks((time.perf_counter() - t0) * 1000))
+    if rank == 0:
+        print(f"\nstep profile (--profile; {steps} steps each, median of the slowest rank's ms per phase)")
+        print(f"  {'phase':<16} {'local':>10} {'DDP':>10} {'DDP-local':>10}")
+        for k, n in enumerate(names):
+            print(f"  {n:<16} {med[0][k]:10.2f} {med[1][k]:10.2f} {med[1][k] - med[0][k]:+10.2f}")
+        print(f"  all_reduce of all gradients alone ({numel * 4 / 1e6:.2f} MB): {statistics.median(ar):.2f} ms "
+              f"(median of {len(ar)})")
 
 
 def free_port():
@@ -114,6 +155,7 @@ def main():
     p.add_argument("--samples", type=int, default=0, help="samples per case (default 9, --quick 3)")
     p.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
     p.add_argument("--loss", choices=["ce", "mse"], default="ce")
+    p.add_argument("--profile", action="store_true", help="time zero_grad, forward, backward and step apart")
     args = p.parse_args()
     mp.spawn(worker, args=(args.ranks, free_port(), args), nprocs=args.ranks, join=True)
 

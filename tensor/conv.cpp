@@ -1,4 +1,5 @@
-// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU, with a 1x1 fast path. The
+// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU (on troupe's own float32 sgemm
+// the GEMM packs its columns from the images instead), with a 1x1 fast path. The
 // backward functions are themselves differentiable ops, so double backward works. conv_transpose2d is conv2d's
 // input gradient (gemm + col2im); conv1d and conv_transpose1d are the 2-D ops on a height-1 image.
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 #include "autograd.h"
 #include "backend.h"
+#include "cpu/conv_gemm.h"
+#include "cpu/sgemm.h"
 #include "op_helpers.h"
 #include "ops.h"
 #include "parallel.h"
@@ -195,12 +198,107 @@ Tensor conv_grad_weight_chunked(const Tensor& gy, const Tensor& x, const ConvGeo
   return gw;
 }
 
+// ---- CPU float32 on troupe's own sgemm, large images: no column matrix at all
+// The GEMMs pack their B panels from the images (cpu/conv_gemm.h). The forward and the weight gradient work for
+// any geometry; the input gradient of a stride-1 conv is itself a stride-1 conv of gy with the flipped,
+// transposed weight, so it needs no col2im either.
+
+// An image's column matrix above this size does not stay in L2 between im2col and the GEMM: there packing from
+// the image wins (N32 C64 56x56, 7.2 MB: 1.5x for forward + backward); below it im2col's row copies into a
+// cached buffer and the strided packing are cheaper than packing from the image (N8 C16 32x32, 0.6 MB: 0.6x).
+constexpr int64_t kImplicitColBytes = int64_t{2} << 20;
+
+bool implicit_gemm(const ConvGeom& g, const Tensor& t) {
+  return !g.direct && t.is_cpu() && t.dtype() == kFloat32 && g.G * g.CKK * g.L * 4 > kImplicitColBytes &&
+         cpu::use_own_sgemm();
+}
+
+// An image chunk's (O, cnt*L) output (or gy) buffer stays under this many bytes (in L2 between the GEMM and the copy
+// to or from the images); an image larger than that goes straight into out.
+constexpr int64_t kImplicitChunkBytes = int64_t{1} << 20;
+
+int64_t implicit_chunk(const ConvGeom& g) {
+  return std::clamp<int64_t>(kImplicitChunkBytes / std::max<int64_t>(1, g.O * g.L * 4), 1, std::max<int64_t>(g.N, 1));
+}
+
+// Group gi's columns of images [n0, ...) of the contiguous float32 x.
+cpu::ConvCols group_cols(const ConvGeom& g, const ConvParams& p, const Tensor& x, int64_t n0, int64_t gi) {
+  return {x.data_ptr<float>() + (n0 * g.C + gi * g.Cg) * g.H * g.W, g.C * g.H * g.W, g.Cg, g.H, g.W, g.kh, g.kw,
+          p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, g.oH, g.oW};
+}
+
+Tensor conv_forward_implicit(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& g,
+                             const ConvParams& p, const Tensor& out) {
+  Backend& be = backend(x);
+  const bool has_bias = bias.defined();
+  const int64_t nb = implicit_chunk(g);
+  Tensor tmp = nb > 1 ? empty({g.O * nb * g.L}, x.options()) : Tensor();
+  const float* wp = w.data_ptr<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+    const int64_t cnt = std::min(nb, g.N - n0), NL = cnt * g.L;
+    // (O, cnt*L): out's image itself for a chunk of one
+    Tensor c = cnt == 1 ? raw_view(out, {g.O, g.L}, {g.L, 1}, n0 * g.O * g.L) : raw_view(tmp, {g.O, NL}, {NL, 1});
+    if (has_bias) be.copy(c, raw_view(bias, {g.O, NL}, {bias.stride(0), 0}));
+    float* cp = c.data_ptr<float>();
+    for (int64_t gi = 0; gi < g.G; ++gi)  // (Og, CKK) @ cols (CKK, cnt*L)
+      cpu::conv_cols_gemm(group_cols(g, p, x, n0, gi), cnt, g.Og, wp + gi * g.Og * g.CKK, g.CKK,
+                          has_bias ? 1.0f : 0.0f, cp + gi * g.Og * NL, NL);
+    if (cnt > 1)
+      swap_image_rows(raw_view(out, {cnt, g.O, g.L}, {g.O * g.L, g.L, 1}, n0 * g.O * g.L), c, cnt, g.O, g.L, true);
+  }
+  return out;
+}
+
+Tensor conv_grad_weight_implicit(const Tensor& gy, const Tensor& x, const ConvGeom& g, const ConvParams& p,
+                                 const Tensor& gw) {
+  const int64_t nb = implicit_chunk(g);
+  Tensor buf = nb > 1 ? empty({g.O * nb * g.L}, gy.options()) : Tensor();
+  float* gwp = gw.data_ptr<float>();
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+    const int64_t cnt = std::min(nb, g.N - n0), NL = cnt * g.L;
+    const float* bp = gy_matrix(g, gy, buf, n0, cnt).data_ptr<float>();
+    for (int64_t gi = 0; gi < g.G; ++gi)  // (Og, cnt*L) @ cols^T (cnt*L, CKK)
+      cpu::conv_cols_t_gemm(group_cols(g, p, x, n0, gi), cnt, g.Og, bp + gi * g.Og * NL, NL, n0 == 0 ? 0.0f : 1.0f,
+                            gwp + gi * g.Og * g.CKK, g.CKK);
+  }
+  return gw;
+}
+
+constexpr int64_t kImplicitMinChannels = 12;
+
+// The input gradient of a stride-1 conv whose padding is at most dilation * (kernel - 1) as a conv of gy:
+// gx[n, c, ih, iw] = sum gy[n, o, ih + ph - ki*dh, iw + pw - kj*dw] w[o, c, ki, kj], i.e. gy convolved with
+// w'[c, o, a, b] = w[o, c, kh-1-a, kw-1-b] (per group) under padding d*(k-1) - p. False where that does not hold.
+bool conv_grad_input_implicit(const Tensor& gy, const Tensor& w, const ConvGeom& g, const ConvParams& p,
+                              const Tensor& gx) {
+  const int64_t ph = p.dh * (g.kh - 1) - p.ph, pw = p.dw * (g.kw - 1) - p.pw;
+  // with fewer input channels than a micro-kernel tile has rows, GEMM + col2im wastes less (M = C*kh*kw there)
+  if (p.sh != 1 || p.sw != 1 || ph < 0 || pw < 0 || g.Cg < kImplicitMinChannels) return false;
+  const int64_t Cg = g.Cg, Og = g.Og, kk = g.kh * g.kw;
+  Tensor wt = empty({g.C, Og, g.kh, g.kw}, w.options());
+  const float* ws = w.data_ptr<float>();
+  float* wd = wt.data_ptr<float>();
+  for (int64_t gi = 0; gi < g.G; ++gi)
+    for (int64_t o = 0; o < Og; ++o)
+      for (int64_t c = 0; c < Cg; ++c) {
+        const float* src = ws + ((gi * Og + o) * Cg + c) * kk;
+        float* dst = wd + ((gi * Cg + c) * Og + o) * kk;
+        for (int64_t t = 0; t < kk; ++t) dst[t] = src[kk - 1 - t];  // (a, b) <- (kh-1-a, kw-1-b)
+      }
+  const ConvParams pt{1, 1, ph, pw, p.dh, p.dw, p.groups};
+  const ConvGeom gt = conv_geom(gy.sizes(), wt.sizes(), pt);
+  if (gt.oH != g.H || gt.oW != g.W) return false;
+  conv_forward_implicit(gy, wt, Tensor(), gt, pt, gx);
+  return true;
+}
+
 // out = conv(x, w) + bias, x (N, C, H, W). No autograd.
 Tensor conv_forward_raw(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p) {
   Tensor x = contiguous_raw(x_in), w = contiguous_raw(w_in);
   ConvGeom g = conv_geom(x.sizes(), w.sizes(), p);
   Tensor out = empty({g.N, g.O, g.oH, g.oW}, x.options());
   if (out.numel() == 0) return out;
+  if (implicit_gemm(g, x)) return conv_forward_implicit(x, w, bias, g, p, out);
   if (chunked_gemm(g, x)) return conv_forward_chunked(x, w, bias, g, p, out);
   Backend& be = backend(x);
   const bool has_bias = bias.defined();
@@ -233,6 +331,7 @@ Tensor conv_grad_input_raw(const Tensor& gy_in, const Tensor& w_in, IntArrayRef 
     be.fill(gx, Scalar(0));
     return gx;
   }
+  if (implicit_gemm(g, gy) && conv_grad_input_implicit(gy, w, g, p, gx)) return gx;
   if (chunked_gemm(g, gy)) return conv_grad_input_chunked(gy, w, g, p, gx);
   const int64_t nb = chunk_images(g, gy.element_size());
   Tensor col = g.direct ? Tensor() : empty({nb, g.G * g.CKK, g.L}, gy.options());
@@ -267,6 +366,7 @@ Tensor conv_grad_weight_raw(const Tensor& gy_in, const Tensor& x_in, IntArrayRef
     be.fill(gw, Scalar(0));
     return gw;
   }
+  if (implicit_gemm(g, x)) return conv_grad_weight_implicit(gy, x, g, p, gw);
   if (chunked_gemm(g, x)) return conv_grad_weight_chunked(gy, x, g, p, gw);
   const int64_t nb = chunk_images(g, x.element_size());
   Tensor col = g.direct ? Tensor() : empty({nb, g.G * g.CKK, g.L}, x.options());

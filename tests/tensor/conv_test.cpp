@@ -223,6 +223,40 @@ TEST(Conv2d, ManySmallImagesOneGemmPerChunk) {
   }
 }
 
+TEST(Conv2d, Float32ImplicitGemmMatchesFloat64Loops) {
+  // float32 on the CPU where troupe's own sgemm runs (cpu/conv_gemm.h) and an image's columns pass 2 MB: the
+  // GEMMs pack their panels from the images; the input gradient of a stride-1 conv with padding <= dilation*(k-1)
+  // and at least 12 channels per group is a conv of gy with the flipped weight, other convs take GEMM + col2im.
+  // Geometries: both input-gradient routes, K past the 256-deep block, groups, dilation, strides, a 1x3 kernel,
+  // padding larger than the kernel, a padded 1x1. Reference: the float64 loops above. (Elsewhere, e.g. with
+  // OpenBLAS's own kernels, the same cases check the im2col path.)
+  manual_seed(88);
+  struct Cfg { int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, groups; };
+  for (Cfg c : {Cfg{2, 16, 64, 64, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1}, Cfg{2, 16, 128, 128, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+                Cfg{1, 32, 64, 64, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2}, Cfg{1, 48, 64, 64, 5, 1, 3, 1, 1, 0, 1, 1, 1, 1},
+                Cfg{1, 16, 64, 64, 3, 3, 3, 1, 1, 3, 3, 1, 1, 1}, Cfg{1, 128, 64, 64, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+                Cfg{1, 4, 128, 128, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1}, Cfg{1, 32, 96, 64, 8, 5, 5, 2, 1, 2, 0, 1, 2, 4},
+                Cfg{1, 32, 64, 64, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " O" << c.O << " k"
+                                      << c.kh << "x" << c.kw << " stride " << c.sh << "," << c.sw << " padding "
+                                      << c.ph << "," << c.pw << " dilation " << c.dh << "," << c.dw << " groups "
+                                      << c.groups);
+    Tensor x = randn({c.N, c.C, c.H, c.W}, dtype(kFloat64));
+    Tensor w = randn({c.O, c.C / c.groups, c.kh, c.kw}, dtype(kFloat64));
+    Tensor b = randn({c.O}, dtype(kFloat64));
+    Tensor ref = ref_conv(x, w, b, c.sh, c.sw, c.ph, c.pw, c.dh, c.dw, c.groups);
+    Tensor g = randn(ref.sizes(), dtype(kFloat64));
+    auto [gx, gw] = ref_conv_grads(x, w, g, c.sh, c.sw, c.ph, c.pw, c.dh, c.dw, c.groups);
+    Tensor xf = x.to(kFloat32).requires_grad_(), wf = w.to(kFloat32).requires_grad_(), bf = b.to(kFloat32);
+    Tensor out = conv2d(xf, wf, bf, {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, c.groups);
+    (out * g.to(kFloat32)).sum().backward();
+    // float32 sums of up to C*k*k (forward, input gradient) or N*L (weight gradient) products of O(1) terms
+    EXPECT_TRUE(tensors_close(out.to(kFloat64), ref, 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(xf.grad().to(kFloat64), gx, 1e-4, 1e-4));
+    EXPECT_TRUE(tensors_close(wf.grad().to(kFloat64), gw, 1e-4, 1e-3));
+  }
+}
+
 TEST(Conv2d, GradcheckAndDoubleBackward) {
   manual_seed(83);
   Tensor x = randn({2, 4, 5, 4}, dtype(kFloat64)).requires_grad_();

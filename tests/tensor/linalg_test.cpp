@@ -450,7 +450,8 @@ TEST(LinalgGemmKernel, OutputLayoutsAndBeta) {
 // ====================================================================== troupe's own sgemm (cpu/sgemm.h)
 
 TEST(OwnSgemm, MatchesFloat64ReferenceForEdgesStridesAlphaBeta) {
-  // shapes around the 6x16 tile, the 256-deep K block and the packed block sizes; A and B plain or
+  // shapes around the 6x16 (AVX2) and 12x32 (AVX-512) tiles, the 256-deep K block and the packed block sizes
+  // (1020 rows of A, 2048 columns of B); A and B plain or
   // transposed (strides swapped); beta 0 (C's NaNs ignored), 1 and 0.5; checked against a float64 loop
   manual_seed(31);
   const int threads = get_num_threads();
@@ -459,7 +460,8 @@ TEST(OwnSgemm, MatchesFloat64ReferenceForEdgesStridesAlphaBeta) {
     int64_t m, n, k;
   };
   for (Shape sh : {Shape{1, 1, 1}, Shape{5, 15, 3}, Shape{6, 16, 256}, Shape{7, 17, 257}, Shape{32, 1024, 144},
-                   Shape{144, 300, 32}, Shape{13, 2100, 40}, Shape{1100, 20, 9}}) {
+                   Shape{144, 300, 32}, Shape{13, 2100, 40}, Shape{1100, 20, 9}, Shape{12, 32, 256},
+                   Shape{11, 33, 5}, Shape{25, 31, 300}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f, 0.5f}) {
