@@ -113,6 +113,10 @@ std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const
       for (size_t i = 1; i < n->inputs.size(); ++i) cargs.emplace_back(slots[n->inputs[i]->id].v.toTensor());
       nn::Value r = m->call(std::move(cargs));  // its hooks run, as a module call's do
       out.v = r.tensor();
+    } else if (n->stack) {
+      args.clear();
+      for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
+      out.v = run_linear_stack(*n->stack, args);
     } else if (n->fused) {
       args.clear();
       for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
@@ -147,6 +151,7 @@ void ScriptModule::compile() {
   fold_constants(*g);
   eliminate_dead_code(*g);
   fuse_elementwise(*g);
+  fuse_linear_stacks(*g);
   eliminate_dead_code(*g);
   frees_ = last_uses(*g);
   compiled_ = std::move(g);
