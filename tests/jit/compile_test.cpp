@@ -584,6 +584,31 @@ TEST(Compile, FusedChainGradcheck) {
   EXPECT_TRUE(equal(a.grad(), e.grad())) << max_diff(a.grad(), e.grad());
 }
 
+// The compiled interpreter reuses its slots between calls: nothing it held outlives a call, whether the
+// call returned or threw, and calls after a failed one still give eager's results.
+TEST(Compile, CompiledCallsKeepNothingAliveAfterReturnOrThrow) {
+  default_generator().manual_seed(13);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  ScriptModulePtr c = compiled_copy(net, randn({4, 32}));
+  NoGradGuard ng;
+  std::weak_ptr<TensorImpl> seen;
+  {
+    Tensor x = randn({4, 32});
+    seen = x.impl_ptr();
+    Tensor y = c->forward(x);
+    EXPECT_TRUE(equal(y, net->forward(x)));
+  }
+  EXPECT_TRUE(seen.expired());
+  {
+    Tensor bad = randn({4, 31});
+    seen = bad.impl_ptr();
+    EXPECT_THROW(c->forward(bad), std::exception);
+  }
+  EXPECT_TRUE(seen.expired());
+  Tensor x = randn({5, 32});
+  EXPECT_TRUE(equal(c->forward(x), net->forward(x)));
+}
+
 TEST(Compile, CompiledGraphBeforeCompileThrows) {
   default_generator().manual_seed(9);
   auto net = std::make_shared<troupe::testing::MLP>();
