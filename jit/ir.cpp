@@ -198,7 +198,7 @@ std::string Graph::str() const {
     os << " = " << n->kind;
     if (n->kind == "prim::GetAttr" || n->kind == "prim::CallMethod") {
       os << "[name=\"" << n->attr << "\"]";
-    } else if (n->kind == "prim::FusedChain") {
+    } else if (n->kind == "prim::FusedChain" || n->kind == "prim::FusedLinearStack") {
       os << "[ops=\"" << n->attr << "\"]";
     } else if (n->kind == "prim::Constant" && !n->constant.isNone()) {
       os << "[value=" << constant_text(n->constant) << "]";
@@ -229,6 +229,7 @@ std::shared_ptr<Graph> Graph::copy() const {
     c->attr = n->attr;
     c->constant = n->constant;
     c->fused = n->fused;
+    c->stack = n->stack;
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       Value* o = c->outputs[i];
       o->type = n->outputs[i]->type;

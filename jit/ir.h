@@ -35,7 +35,8 @@ struct Type {
 };
 
 struct Node;
-struct FusedChain;  // jit/passes.h
+struct FusedChain;   // jit/passes.h
+struct LinearStack;  // jit/passes.h
 /// Runs one aten op on its arguments (schema order) and returns its single result (jit/ops.h).
 using OpFn = IValue (*)(const std::vector<IValue>& args);
 
@@ -59,6 +60,7 @@ struct Node {
   IValue constant;    // prim::Constant: its value (None when the constant is None)
   mutable OpFn op = nullptr;  // aten ops: the function, found on first run
   std::shared_ptr<const FusedChain> fused;  // prim::FusedChain (compile()): the chain it runs
+  std::shared_ptr<const LinearStack> stack;  // prim::FusedLinearStack (compile()): the layers it runs
 };
 
 /// A method's graph: inputs (the module itself first), nodes in order, outputs.

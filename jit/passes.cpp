@@ -29,7 +29,7 @@ double number_of(const Value* v) {
 bool has_effect(const Node* n) {
   const std::string& k = n->kind;
   if (k == "prim::Constant" || k == "prim::GetAttr" || k == "prim::ListConstruct" || k == "prim::TupleConstruct" ||
-      k == "prim::FusedChain")
+      k == "prim::FusedChain" || k == "prim::FusedLinearStack")
     return false;
   if (k.rfind("aten::", 0) != 0) return true;  // prim::CallMethod (hooks) and anything unknown
   if (k.back() == '_') return true;             // in place
@@ -289,17 +289,118 @@ static std::vector<bool> needed_values(const FusedChain& c) {
   return needed;
 }
 
+namespace {
+
+// Whether the kernel takes these operands (CPU float32/float64, contiguous, 2-D x for a linear head with
+// matching weight and bias); anything else runs the ops one by one (run_unfused).
+bool weight_takes(ScalarType dtype, int64_t in_features, const Tensor& w, const Tensor& b) {
+  return w.defined() && w.dim() == 2 && w.is_cpu() && w.dtype() == dtype && w.is_contiguous() && w.size(1) == in_features &&
+         (!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == dtype && b.is_cpu() && b.is_contiguous()));
+}
+
+bool chain_takes(const FusedChain& c, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const bool floating = x.dtype() == kFloat32 || x.dtype() == kFloat64;
+  bool fast = x.defined() && floating && x.is_cpu() && x.is_contiguous() && x.numel() > 0;
+  if (fast && c.linear_head) fast = x.dim() == 2 && weight_takes(x.dtype(), x.size(1), w, b);
+  return fast;
+}
+
+// The chain's forward on operands chain_takes() accepts, without recording anything: the gemm (linear head)
+// and every step, block by block, in one buffer. With `grad`, `saved[k]` gets a copy of each needed
+// intermediate v_k the steps overwrite (k < n); `scalars[k]` the scalar operand of each arithmetic step.
+Tensor chain_forward(const FusedChain& c, const std::vector<bool>& needed, const Tensor& x, const Tensor& w,
+                     const Tensor& b, bool grad, std::vector<Tensor>& saved, std::vector<Tensor>& scalars) {
+  NoGradGuard no_grad;
+  const size_t n = c.steps.size();
+  Backend& be = backend(x);
+  saved.assign(n + 1, Tensor());
+  scalars.assign(n, Tensor());
+  for (size_t k = 0; k < n; ++k)
+    if (c.steps[k].kind >= Step::AddScalar) scalars[k] = troupe::scalar_tensor(Scalar(c.steps[k].p), x.options());
+  Tensor out;
+  if (c.linear_head) {
+    out = b.defined() ? troupe::addmm(b, x, w.t()) : troupe::mm(x, w.t());  // the gemm writes the buffer the chain reuses
+  } else {
+    out = empty(x.sizes(), x.options());
+  }
+  const int64_t numel = out.numel();
+  if (grad)
+    for (size_t k = 0; k < n; ++k)
+      if (needed[k] && (k > 0 || c.linear_head)) saved[k] = empty(out.sizes(), x.options());
+  if (numel <= kBlock) {  // the common case: no flat views at all
+    Tensor src = c.linear_head ? out : x;
+    for (size_t k = 0; k < n; ++k) {
+      if (saved[k].defined()) be.copy(saved[k], src);
+      forward_step(be, c.steps[k], out, src, scalars[k]);
+      src = out;
+    }
+    return out;
+  }
+  const Tensor flat_out = out.view({numel});
+  const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
+  std::vector<Tensor> flat_saved(n + 1);
+  for (size_t k = 0; k < n; ++k)
+    if (saved[k].defined()) flat_saved[k] = saved[k].view({numel});
+  for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
+    const int64_t len = std::min(kBlock, numel - s0);
+    const Tensor ob = flat_out.narrow(0, s0, len);
+    Tensor src = flat_in.narrow(0, s0, len);
+    for (size_t k = 0; k < n; ++k) {
+      if (flat_saved[k].defined()) be.copy(flat_saved[k].narrow(0, s0, len), src);
+      forward_step(be, c.steps[k], ob, src, scalars[k]);
+      src = ob;
+    }
+  }
+  return out;
+}
+
+// The gradient of the chain's output `gz` (contiguous) taken back through its steps: the gradient of v_0 (the
+// gemm's output for a linear head). `vals[k]` holds v_k wherever needed[k].
+Tensor chain_steps_backward(const FusedChain& c, const std::vector<bool>& needed, const Tensor& gz,
+                            std::vector<Tensor> vals, const std::vector<Tensor>& scalars) {
+  const size_t n = c.steps.size();
+  if (n == 0) return gz;
+  Backend& be = backend(gz);
+  const int64_t numel = gz.numel();
+  Tensor gbuf = empty(gz.sizes(), gz.options());
+  if (numel <= kBlock) {
+    Tensor gsrc = gz;
+    for (size_t k = n; k-- > 0;) {
+      backward_step(be, c.steps[k], gbuf, gsrc, vals[k], vals[k + 1], scalars[k]);
+      gsrc = gbuf;
+    }
+    return gbuf;
+  }
+  const Tensor flat_g = gz.view({numel}), flat_gbuf = gbuf.view({numel});
+  for (auto& v : vals)
+    if (v.defined()) v = v.reshape({numel});
+  for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {
+    const int64_t len = std::min(kBlock, numel - s0);
+    const Tensor gb = flat_gbuf.narrow(0, s0, len);
+    Tensor gsrc = flat_g.narrow(0, s0, len);
+    for (size_t k = n; k-- > 0;) {
+      const Tensor vin = needed[k] ? vals[k].narrow(0, s0, len) : Tensor();
+      const Tensor vout = needed[k + 1] ? vals[k + 1].narrow(0, s0, len) : Tensor();
+      backward_step(be, c.steps[k], gb, gsrc, vin, vout, scalars[k]);
+      gsrc = gb;
+    }
+  }
+  return gbuf;
+}
+
+[[noreturn]] void refuse_double_backward(const std::string& ops) {
+  throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + ops +
+                           ") cannot be differentiated again (create_graph=True); run the module without "
+                           "compile() for double backward");
+}
+
+}  // namespace
+
 IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
   const Tensor x = args.at(0).toTensor();
   const Tensor w = c.linear_head ? args.at(1).toTensor() : Tensor();
   const Tensor b = c.linear_head && !args.at(2).isNone() ? args.at(2).toTensor() : Tensor();
-  const bool floating = x.dtype() == kFloat32 || x.dtype() == kFloat64;
-  bool fast = x.defined() && floating && x.is_cpu() && x.is_contiguous() && x.numel() > 0;
-  if (fast && c.linear_head)
-    fast = x.dim() == 2 && w.defined() && w.dim() == 2 && w.is_cpu() && w.dtype() == x.dtype() && w.is_contiguous() &&
-           w.size(1) == x.size(1) &&
-           (!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype() && b.is_cpu() && b.is_contiguous()));
-  if (!fast) return run_unfused(c, x, w, b);
+  if (!chain_takes(c, x, w, b)) return run_unfused(c, x, w, b);
 
   const size_t n = c.steps.size();
   const std::vector<bool> needed = needed_values(c);
@@ -309,50 +410,8 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
     if (b.defined()) inputs.push_back(b);
   }
   const bool grad = autograd::any_requires_grad(inputs);
-
-  Backend& be = backend(x);
-  Tensor out;
-  std::vector<Tensor> saved(n + 1);  // copies of needed intermediates (v_0 .. v_{n-1}) when they are overwritten
-  std::vector<Tensor> scalars(n);
-  {
-    NoGradGuard no_grad;
-    for (size_t k = 0; k < n; ++k)
-      if (c.steps[k].kind >= Step::AddScalar) scalars[k] = troupe::scalar_tensor(Scalar(c.steps[k].p), x.options());
-    if (c.linear_head) {
-      out = b.defined() ? troupe::addmm(b, x, w.t()) : troupe::mm(x, w.t());  // the gemm writes the buffer the chain reuses
-    } else {
-      out = empty(x.sizes(), x.options());
-    }
-    const int64_t numel = out.numel();
-    const bool one_block = numel <= kBlock;  // the common case: no flat views at all
-    if (grad)
-      for (size_t k = 0; k < n; ++k)
-        if (needed[k] && (k > 0 || c.linear_head)) saved[k] = empty(out.sizes(), x.options());
-    if (one_block) {
-      Tensor src = c.linear_head ? out : x;
-      for (size_t k = 0; k < n; ++k) {
-        if (saved[k].defined()) be.copy(saved[k], src);
-        forward_step(be, c.steps[k], out, src, scalars[k]);
-        src = out;
-      }
-    } else {
-      const Tensor flat_out = out.view({numel});
-      const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
-      std::vector<Tensor> flat_saved(n + 1);
-      for (size_t k = 0; k < n; ++k)
-        if (saved[k].defined()) flat_saved[k] = saved[k].view({numel});
-      for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
-        const int64_t len = std::min(kBlock, numel - s0);
-        const Tensor ob = flat_out.narrow(0, s0, len);
-        Tensor src = flat_in.narrow(0, s0, len);
-        for (size_t k = 0; k < n; ++k) {
-          if (flat_saved[k].defined()) be.copy(flat_saved[k].narrow(0, s0, len), src);
-          forward_step(be, c.steps[k], ob, src, scalars[k]);
-          src = ob;
-        }
-      }
-    }
-  }
+  std::vector<Tensor> saved, scalars;  // copies of needed intermediates (v_0 .. v_{n-1}) when they are overwritten
+  Tensor out = chain_forward(c, needed, x, w, b, grad, saved, scalars);
   if (!grad) return out;
 
   const bool need_x = x.requires_grad(), need_w = c.linear_head && w.requires_grad(),
@@ -366,17 +425,11 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
        sw = autograd::SavedVariable(need_x && c.linear_head ? w : Tensor(), false),
        sout = autograd::SavedVariable(needed[n] ? out : Tensor(), true), need_x, need_w, need_b,
        has_b = b.defined()](const autograd::variable_list& g) {
-        if (autograd::GradMode::is_enabled())
-          throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + chain->ops +
-                                   ") cannot be differentiated again (create_graph=True); run the module without "
-                                   "compile() for double backward");
+        if (autograd::GradMode::is_enabled()) refuse_double_backward(chain->ops);
         const size_t n = chain->steps.size();
         Tensor gz = g[0].contiguous();
         if (n > 0) {
           const std::vector<bool> needed = needed_values(*chain);
-          Backend& be = backend(gz);
-          const int64_t numel = gz.numel();
-          Tensor gbuf = empty(gz.sizes(), gz.options());
           std::vector<Tensor> vals(n + 1);  // v_k where needed
           for (size_t k = 0; k <= n; ++k) {
             if (!needed[k]) continue;
@@ -384,29 +437,7 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
             else if (saved[k].defined()) vals[k] = saved[k];
             else vals[k] = sx.unpack();  // v_0 is the input itself (elementwise head)
           }
-          if (numel <= kBlock) {
-            Tensor gsrc = gz;
-            for (size_t k = n; k-- > 0;) {
-              backward_step(be, chain->steps[k], gbuf, gsrc, vals[k], vals[k + 1], scalars[k]);
-              gsrc = gbuf;
-            }
-          } else {
-            const Tensor flat_g = gz.view({numel}), flat_gbuf = gbuf.view({numel});
-            for (auto& v : vals)
-              if (v.defined()) v = v.reshape({numel});
-            for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {
-              const int64_t len = std::min(kBlock, numel - s0);
-              const Tensor gb = flat_gbuf.narrow(0, s0, len);
-              Tensor gsrc = flat_g.narrow(0, s0, len);
-              for (size_t k = n; k-- > 0;) {
-                const Tensor vin = needed[k] ? vals[k].narrow(0, s0, len) : Tensor();
-                const Tensor vout = needed[k + 1] ? vals[k + 1].narrow(0, s0, len) : Tensor();
-                backward_step(be, chain->steps[k], gb, gsrc, vin, vout, scalars[k]);
-                gsrc = gb;
-              }
-            }
-          }
-          gz = gbuf;
+          gz = chain_steps_backward(*chain, needed, gz, std::move(vals), scalars);
         }
         if (!chain->linear_head) return autograd::variable_list{gz};
         Tensor gx, gw, gbias;
@@ -415,6 +446,153 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
         if (need_b) gbias = troupe::sum_to(gz, {gz.size(-1)});
         autograd::variable_list r{gx, gw};
         if (has_b) r.push_back(gbias);
+        return r;
+      });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A stack of Linear-headed chains in one node
+
+size_t fuse_linear_stacks(Graph& g) {
+  size_t made = 0;
+  std::map<const Value*, int> uses = use_counts(g);
+  std::set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
+  std::map<const Value*, Node*> user;  // the single user of a value used once
+  for (Node* n : g.nodes())
+    for (const Value* in : n->inputs)
+      if (uses[in] == 1) user[in] = n;
+  auto linear_chain = [](const Node* n) { return n->fused && n->fused->linear_head && n->inputs.size() == 3; };
+  std::set<const Node*> taken;
+  std::vector<Node*> nodes = g.nodes();
+  for (Node* head : nodes) {
+    if (taken.count(head) || !linear_chain(head)) continue;
+    std::vector<Node*> members{head};
+    Value* cur = head->outputs[0];
+    while (uses[cur] == 1 && !outputs.count(cur) && user.count(cur)) {
+      Node* next = user[cur];
+      // the chained value must be the next layer's input, not its weight or bias
+      if (taken.count(next) || !linear_chain(next) || next->inputs[0] != cur) break;
+      members.push_back(next);
+      cur = next->outputs[0];
+    }
+    if (members.size() < 2) continue;
+    auto stack = std::make_shared<LinearStack>();
+    std::vector<Value*> inputs{head->inputs[0]};
+    for (const Node* m : members) {
+      stack->layers.push_back(m->fused);
+      inputs.push_back(m->inputs[1]);
+      inputs.push_back(m->inputs[2]);
+      stack->ops += (stack->ops.empty() ? "" : " | ") + m->fused->ops;
+    }
+    Node* last = members.back();
+    Node* f = g.insert(last, "prim::FusedLinearStack", inputs, 1);
+    f->stack = stack;
+    f->attr = stack->ops;
+    f->outputs[0]->type = last->outputs[0]->type;
+    const std::string name = last->outputs[0]->name;
+    g.replace_uses(last->outputs[0], f->outputs[0]);
+    for (auto it = members.rbegin(); it != members.rend(); ++it) {
+      g.erase(*it);
+      taken.insert(*it);
+    }
+    if (!name.empty()) g.set_name(f->outputs[0], name);
+    ++made;
+  }
+  return made;
+}
+
+IValue run_linear_stack(const LinearStack& s, const std::vector<IValue>& args) {
+  const size_t L = s.layers.size();
+  if (args.size() != 1 + 2 * L)
+    throw std::invalid_argument("[jit] prim::FusedLinearStack of " + std::to_string(L) + " layers takes " +
+                                std::to_string(1 + 2 * L) + " arguments, got " + std::to_string(args.size()));
+  const Tensor x = args[0].toTensor();
+  std::vector<Tensor> w(L), b(L);
+  bool fast = x.defined() && x.dim() == 2 && chain_takes(*s.layers[0], x, args[1].toTensor(),
+                                                         args[2].isNone() ? Tensor() : args[2].toTensor());
+  for (size_t l = 0; l < L && fast; ++l) {
+    w[l] = args[1 + 2 * l].toTensor();
+    if (!args[2 + 2 * l].isNone()) b[l] = args[2 + 2 * l].toTensor();
+    fast = weight_takes(x.dtype(), l == 0 ? x.size(1) : w[l - 1].size(0), w[l], b[l]);
+  }
+  if (!fast) {  // layer by layer (each chain takes what it can, and the eager ops report bad operands)
+    IValue v = args[0];
+    for (size_t l = 0; l < L; ++l) v = run_fused_chain(*s.layers[l], {v, args[1 + 2 * l], args[2 + 2 * l]});
+    return v;
+  }
+
+  // autograd inputs: x, then each layer's weight and (when there is one) bias; index of each in `inputs`
+  autograd::variable_list inputs{x};
+  std::vector<size_t> wi(L), bi(L, SIZE_MAX);
+  for (size_t l = 0; l < L; ++l) {
+    wi[l] = inputs.size();
+    inputs.push_back(w[l]);
+    if (b[l].defined()) {
+      bi[l] = inputs.size();
+      inputs.push_back(b[l]);
+    }
+  }
+  const bool grad = autograd::any_requires_grad(inputs);
+  // h[l]: layer l's input (h[0] = x, h[L] the output); saved[l], scalars[l]: what chain_forward keeps
+  std::vector<Tensor> h(L + 1);
+  std::vector<std::vector<Tensor>> saved(L), scalars(L);
+  std::vector<std::vector<bool>> needed(L);
+  h[0] = x;
+  for (size_t l = 0; l < L; ++l) {
+    needed[l] = needed_values(*s.layers[l]);
+    h[l + 1] = chain_forward(*s.layers[l], needed[l], h[l], w[l], b[l], grad, saved[l], scalars[l]);
+  }
+  if (!grad) return h[L];
+  const Tensor out = h[L];
+
+  // which gradients the backward makes: a weight's or bias's own, and the gradient of each layer's input
+  // only while something below it (an earlier layer's parameter, or x) needs it
+  std::vector<bool> need_w(L), need_b(L), need_in(L);
+  bool below = x.requires_grad();
+  for (size_t l = 0; l < L; ++l) {
+    need_w[l] = w[l].requires_grad();
+    need_b[l] = b[l].defined() && b[l].requires_grad();
+    need_in[l] = below;
+    below = below || need_w[l] || need_b[l];
+  }
+  std::vector<autograd::SavedVariable> sw;  // weights, checked for in-place changes as eager's saves are
+  for (size_t l = 0; l < L; ++l) sw.emplace_back(need_in[l] ? w[l] : Tensor(), false);
+  // intermediates h[1..L-1] are the stack's own (nobody else can change them): kept as they are, and only
+  // where a weight gradient or a step derivative reads them
+  std::vector<Tensor> hs(L);
+  for (size_t l = 1; l < L; ++l)
+    if (need_w[l] || needed[l - 1].back()) hs[l] = h[l];
+  const bool need_out = needed[L - 1].back();
+  std::shared_ptr<const LinearStack> stack = s.weak_from_this().lock();
+  if (!stack) stack = std::make_shared<LinearStack>(s);
+  autograd::record(
+      "FusedLinearStackBackward", inputs, out,
+      [stack = std::move(stack), saved = std::move(saved), scalars = std::move(scalars), needed = std::move(needed),
+       hs = std::move(hs), sw = std::move(sw), sx = autograd::SavedVariable(need_w[0] ? x : Tensor(), false),
+       sout = autograd::SavedVariable(need_out ? out : Tensor(), true), need_w, need_b, need_in, wi, bi,
+       n_inputs = inputs.size()](const autograd::variable_list& g) {
+        if (autograd::GradMode::is_enabled()) refuse_double_backward(stack->ops);
+        const size_t L = stack->layers.size();
+        autograd::variable_list r(n_inputs);
+        Tensor gz = g[0].contiguous();
+        for (size_t l = L; l-- > 0;) {
+          const FusedChain& c = *stack->layers[l];
+          const size_t n = c.steps.size();
+          if (n > 0) {
+            std::vector<Tensor> vals(n + 1);
+            for (size_t k = 0; k < n; ++k)
+              if (needed[l][k]) vals[k] = saved[l][k];
+            if (needed[l][n]) vals[n] = l + 1 == L ? sout.unpack() : hs[l + 1];
+            gz = chain_steps_backward(c, needed[l], gz, std::move(vals), scalars[l]);
+          }
+          // as AddmmBackward and TBackward: the same gemms on the same operands, so the same bits
+          if (need_w[l]) r[wi[l]] = troupe::mm(gz.t(), l == 0 ? sx.unpack() : hs[l]);
+          if (need_b[l]) r[bi[l]] = troupe::sum_to(gz, {gz.size(-1)});
+          if (!need_in[l]) break;
+          gz = troupe::mm(gz, sw[l].unpack());
+          if (l == 0) r[0] = gz;
+        }
         return r;
       });
   return out;

@@ -84,7 +84,25 @@ std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const
     IValue v;
     ScriptModule* m = nullptr;
   };
-  std::vector<Slot> slots(graph.value_slots());
+  // The compiled path (which calls no submodule, so never re-enters here on this thread) reuses one
+  // thread-local slot array: a graph's slots are one per value id ever made (inlining leaves gaps), and
+  // allocating them per call went through malloc's slow path (over 1 KiB) every step. Every slot is
+  // cleared when the call ends, normally or by an exception, so no tensor outlives it.
+  thread_local std::vector<Slot> reused;
+  thread_local bool reused_busy = false;
+  std::vector<Slot> local;
+  const bool reuse = frees != nullptr && !reused_busy;
+  std::vector<Slot>& slots = reuse ? reused : local;
+  slots.resize(graph.value_slots());
+  struct Release {
+    std::vector<Slot>* s;
+    ~Release() {
+      if (!s) return;
+      for (Slot& x : *s) x = Slot();
+      reused_busy = false;
+    }
+  } release{reuse ? &slots : nullptr};
+  if (reuse) reused_busy = true;
   slots[graph.inputs()[0]->id].m = &self;
   for (size_t i = 0; i < inputs.size(); ++i) slots[graph.inputs()[i + 1]->id].v = inputs[i];
   std::vector<IValue> args;
@@ -113,6 +131,10 @@ std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const
       for (size_t i = 1; i < n->inputs.size(); ++i) cargs.emplace_back(slots[n->inputs[i]->id].v.toTensor());
       nn::Value r = m->call(std::move(cargs));  // its hooks run, as a module call's do
       out.v = r.tensor();
+    } else if (n->stack) {
+      args.clear();
+      for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
+      out.v = run_linear_stack(*n->stack, args);
     } else if (n->fused) {
       args.clear();
       for (const Value* in : n->inputs) args.push_back(slots[in->id].v);
@@ -147,6 +169,7 @@ void ScriptModule::compile() {
   fold_constants(*g);
   eliminate_dead_code(*g);
   fuse_elementwise(*g);
+  fuse_linear_stacks(*g);
   eliminate_dead_code(*g);
   frees_ = last_uses(*g);
   compiled_ = std::move(g);

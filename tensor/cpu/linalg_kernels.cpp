@@ -15,6 +15,7 @@
 #include "../parallel.h"
 #include "cpu_backend.h"
 #include "sgemm.h"
+#include "sgemm_small.h"
 
 namespace troupe::cpu {
 
@@ -69,6 +70,8 @@ void blas_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   const CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
     if (use_own_sgemm()) {  // OpenBLAS runs its SSE3 fallback on this CPU (sgemm.h)
+      // small products (an MLP's layers): the same arithmetic without the packing (sgemm_small.h)
+      if (sgemm_small(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, beta, C, ldc)) return;
       sgemm_packed(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb, tb ? ldb : 1, beta, C, ldc);
       return;
     }

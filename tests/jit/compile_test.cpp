@@ -82,17 +82,182 @@ TEST(Compile, MlpFloat32SameBits) {
   ScriptModulePtr c = compiled_copy(net, x);
   ASSERT_TRUE(c->is_compiled());
   const std::string g = c->compiled_graph();
-  EXPECT_EQ(count(g, "prim::FusedChain[ops=\"aten::linear, aten::relu\"]"), 2u) << g;
-  EXPECT_EQ(count(g, "prim::FusedChain[ops=\"aten::linear\"]"), 1u) << g;
+  // the three Linear-headed chains became one stack node
+  EXPECT_EQ(count(g, "prim::FusedLinearStack[ops=\"aten::linear, aten::relu | aten::linear, aten::relu | aten::linear\"]"),
+            1u)
+      << g;
+  EXPECT_EQ(count(g, "prim::FusedChain"), 0u) << g;
   EXPECT_EQ(count(g, "prim::CallMethod"), 0u) << g;  // inlined
-  EXPECT_EQ(count(g, "aten::relu"), 2u) << g;         // only inside the fused chains' names
+  EXPECT_EQ(count(g, "aten::relu"), 2u) << g;         // only inside the fused stack's name
   // graph() and code() still show the traced graph
   EXPECT_NE(c->graph().find("prim::CallMethod"), std::string::npos);
-  // the fused path ran: the output's node is the chain's
+  // the fused path ran: the output's node is the stack's, and it is the only node before the leaves
   Tensor xr = x.clone().requires_grad_(true);
-  EXPECT_EQ(c->forward(xr).grad_fn()->name(), "FusedChainBackward");
+  Tensor y = c->forward(xr);
+  ASSERT_EQ(y.grad_fn()->name(), "FusedLinearStackBackward");
+  for (const autograd::Edge& e : y.grad_fn()->next_edges)
+    if (e.valid()) EXPECT_EQ(e.fn->name(), "AccumulateGrad");
   expect_same_step(net, c, x, 0);
   expect_same_step(net, c, randn({3, 32}), 0);  // another batch size: the plan does not depend on shapes
+}
+
+// The passes by hand on the MLP's inlined graph: fuse_elementwise makes one chain per Linear (+ ReLU), and
+// fuse_linear_stacks joins the three into one node.
+TEST(Compile, LinearChainsJoinIntoOneStack) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  ScriptModulePtr t = trace(net, randn({4, 32}));
+  std::shared_ptr<Graph> g = t->inline_graph();
+  eliminate_dead_code(*g);
+  fold_constants(*g);
+  eliminate_dead_code(*g);
+  EXPECT_EQ(fuse_elementwise(*g), 3u);
+  std::string s = g->str();
+  EXPECT_EQ(count(s, "prim::FusedChain[ops=\"aten::linear, aten::relu\"]"), 2u) << s;
+  EXPECT_EQ(count(s, "prim::FusedChain[ops=\"aten::linear\"]"), 1u) << s;
+  EXPECT_EQ(fuse_linear_stacks(*g), 1u);
+  eliminate_dead_code(*g);
+  s = g->str();
+  EXPECT_EQ(count(s, "prim::FusedChain"), 0u) << s;
+  EXPECT_EQ(count(s, "prim::FusedLinearStack"), 1u) << s;
+  // inputs: x, then weight and bias of each layer
+  for (const Node* n : g->nodes())
+    if (n->kind == "prim::FusedLinearStack") {
+      ASSERT_EQ(n->inputs.size(), 7u);
+      EXPECT_EQ(n->inputs[0], g->inputs()[1]);
+    }
+  EXPECT_EQ(fuse_linear_stacks(*g), 0u);  // nothing left to join
+}
+
+// A Linear whose output is used twice (returned, or read by something else) or feeds a later Linear as its
+// weight ends the stack there.
+TEST(Compile, LinearStackStopsAtASharedValue) {
+  auto make = [](int variant) {
+    auto g = std::make_shared<Graph>();
+    g->add_input(Type{Type::Module, "__torch__.M", std::nullopt}, "self.1");
+    Value* x = g->add_input(Type{}, "x");
+    Value* w1 = g->add_input(Type{}, "w1");
+    Value* w2 = g->add_input(Type{}, "w2");
+    Value* w3 = g->add_input(Type{}, "w3");
+    Node* none = g->append("prim::Constant", {});
+    Value* nb = none->outputs[0];
+    nb->type = Type{Type::None, "", std::nullopt};
+    Node* l1 = g->append("aten::linear", {x, w1, nb});
+    Node* r1 = g->append("aten::relu", {l1->outputs[0]});
+    Node* l2 = variant == 2 ? g->append("aten::linear", {w2, r1->outputs[0], nb})  // r1 as the weight
+                            : g->append("aten::linear", {r1->outputs[0], w2, nb});
+    Node* l3 = g->append("aten::linear", {l2->outputs[0], w3, nb});
+    if (variant == 0) g->set_outputs({l3->outputs[0]});
+    if (variant == 1) g->set_outputs({l3->outputs[0], l2->outputs[0]});  // the middle layer's output is returned
+    if (variant == 2) g->set_outputs({l3->outputs[0]});
+    if (variant == 3) {  // the first layer's output is read twice
+      Node* s = g->append("aten::sigmoid", {r1->outputs[0]});
+      g->set_outputs({l3->outputs[0], s->outputs[0]});
+    }
+    EXPECT_EQ(fuse_elementwise(*g), 3u);
+    return g;
+  };
+  auto stacks = [](const Graph& g) {
+    std::vector<std::string> r;
+    for (const Node* n : g.nodes())
+      if (n->kind == "prim::FusedLinearStack") r.push_back(n->attr);
+    return r;
+  };
+  auto g0 = make(0);
+  EXPECT_EQ(fuse_linear_stacks(*g0), 1u);
+  EXPECT_EQ(stacks(*g0), std::vector<std::string>{"aten::linear, aten::relu | aten::linear | aten::linear"}) << g0->str();
+  auto g1 = make(1);
+  EXPECT_EQ(fuse_linear_stacks(*g1), 1u);  // layers 1 and 2 join; the third reads a returned value
+  EXPECT_EQ(stacks(*g1), std::vector<std::string>{"aten::linear, aten::relu | aten::linear"}) << g1->str();
+  auto g2 = make(2);
+  EXPECT_EQ(fuse_linear_stacks(*g2), 1u);  // layer 2 takes layer 1 as its weight: only 2 and 3 join
+  EXPECT_EQ(stacks(*g2), std::vector<std::string>{"aten::linear | aten::linear"}) << g2->str();
+  auto g3 = make(3);
+  EXPECT_EQ(fuse_linear_stacks(*g3), 1u);
+  EXPECT_EQ(stacks(*g3), std::vector<std::string>{"aten::linear | aten::linear"}) << g3->str();
+}
+
+// Every step kind between the layers, a layer without bias, and only some inputs requiring grad: the stack
+// equals the eager ops bit for bit in float32 (forward and every gradient) and passes gradcheck in float64.
+struct Deep : nn::Module {
+  Deep() {
+    fc1 = register_module("fc1", std::make_shared<nn::LinearImpl>(6, 5));
+    fc2 = register_module("fc2", std::make_shared<nn::LinearImpl>(nn::LinearOptions(5, 7).bias(false)));
+    fc3 = register_module("fc3", std::make_shared<nn::LinearImpl>(7, 4));
+    fc4 = register_module("fc4", std::make_shared<nn::LinearImpl>(4, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = troupe::tanh((*fc1)(x) * 2.0 + 0.5);
+    h = troupe::leaky_relu((*fc2)(h) / 3.0, 0.2);
+    h = troupe::sigmoid((*fc3)(h) - 0.25);
+    return troupe::relu((*fc4)(h));
+  }
+  std::shared_ptr<nn::LinearImpl> fc1, fc2, fc3, fc4;
+};
+
+TEST(Compile, LinearStackEveryStepSameBitsAsEager) {
+  default_generator().manual_seed(11);
+  auto net = std::make_shared<Deep>();
+  Tensor x = randn({9, 6});
+  ScriptModulePtr c = compiled_copy(net, x);
+  const std::string g = c->compiled_graph();
+  EXPECT_EQ(count(g, "prim::FusedLinearStack"), 1u) << g;
+  EXPECT_EQ(count(g, " | "), 3u) << g;
+  expect_same_step(net, c, x, 0);
+  expect_same_step(net, c, randn({1, 6}), 0);
+  expect_same_step(net, c, randn({700, 6}), 0);  // 700 x 7 > one block of the chain loop
+  // frozen first layer: no gradient for it, and the input's gradient is still taken through it
+  net->fc1->weight.requires_grad_(false);
+  c->get_parameter("fc1.weight").requires_grad_(false);
+  expect_same_step(net, c, x, 0);
+  EXPECT_FALSE(c->get_parameter("fc1.weight").grad().defined());
+  net->to(kFloat64);
+  Tensor x64 = randn({5, 6}, TensorOptions().dtype(kFloat64));
+  expect_same_step(net, compiled_copy(net, x64), x64, 1e-12);
+}
+
+TEST(Compile, LinearStackGradcheck) {
+  using S = FusedChain::Step;
+  auto l1 = std::make_shared<FusedChain>(), l2 = std::make_shared<FusedChain>(), l3 = std::make_shared<FusedChain>();
+  l1->linear_head = l2->linear_head = l3->linear_head = true;
+  l1->steps = {{S::Tanh}, {S::MulScalar, 1.5}};
+  l2->steps = {{S::LeakyRelu, 0.3}, {S::AddScalar, 0.1, 2.0}, {S::Relu}};
+  l3->steps = {{S::Sigmoid}};
+  auto stack = std::make_shared<LinearStack>();
+  stack->layers = {l1, l2, l3};
+  stack->ops = "test";
+  default_generator().manual_seed(12);
+  const TensorOptions f64 = TensorOptions().dtype(kFloat64);
+  Tensor x = randn({4, 5}, f64).requires_grad_(true), w1 = randn({6, 5}, f64).requires_grad_(true),
+         b1 = randn({6}, f64).requires_grad_(true), w2 = randn({3, 6}, f64).requires_grad_(true),
+         w3 = randn({2, 3}, f64).requires_grad_(true), b3 = randn({2}, f64).requires_grad_(true);
+  EXPECT_TRUE(autograd::gradcheck(
+      [&](const autograd::variable_list& in) {
+        return autograd::variable_list{run_linear_stack(*stack, {IValue(in[0]), IValue(in[1]), IValue(in[2]), IValue(in[3]),
+                                                                 IValue(), IValue(in[4]), IValue(in[5])})
+                                           .toTensor()};
+      },
+      {x, w1, b1, w2, w3, b3}));
+  Tensor y = run_linear_stack(*stack, {IValue(x), IValue(w1), IValue(b1), IValue(w2), IValue(), IValue(w3), IValue(b3)})
+                 .toTensor();
+  EXPECT_EQ(y.grad_fn()->name(), "FusedLinearStackBackward");
+  // operands the kernel does not take (a transposed input): layer by layer, same values
+  Tensor xt = randn({5, 4}, f64).t();
+  Tensor a = run_linear_stack(*stack, {IValue(xt), IValue(w1), IValue(b1), IValue(w2), IValue(), IValue(w3), IValue(b3)})
+                 .toTensor();
+  Tensor e = run_linear_stack(*stack, {IValue(xt.contiguous()), IValue(w1), IValue(b1), IValue(w2), IValue(), IValue(w3),
+                                       IValue(b3)})
+                 .toTensor();
+  EXPECT_LE(max_diff(a, e), 1e-12);
+  EXPECT_THROW(run_linear_stack(*stack, {IValue(x)}), std::invalid_argument);
+  // a weight changed in place between forward and backward is caught, as eager's saved tensors are
+  Tensor y2 = run_linear_stack(*stack, {IValue(x), IValue(w1), IValue(b1), IValue(w2), IValue(), IValue(w3), IValue(b3)})
+                  .toTensor();
+  {
+    NoGradGuard ng;
+    w3.mul_(2.0);
+  }
+  EXPECT_THROW(y2.sum().backward(), std::runtime_error);
 }
 
 TEST(Compile, MlpFloat64To1e12) {
@@ -417,6 +582,31 @@ TEST(Compile, FusedChainGradcheck) {
   (fa * gw).sum().backward();
   (fe * gw).sum().backward();
   EXPECT_TRUE(equal(a.grad(), e.grad())) << max_diff(a.grad(), e.grad());
+}
+
+// The compiled interpreter reuses its slots between calls: nothing it held outlives a call, whether the
+// call returned or threw, and calls after a failed one still give eager's results.
+TEST(Compile, CompiledCallsKeepNothingAliveAfterReturnOrThrow) {
+  default_generator().manual_seed(13);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  ScriptModulePtr c = compiled_copy(net, randn({4, 32}));
+  NoGradGuard ng;
+  std::weak_ptr<TensorImpl> seen;
+  {
+    Tensor x = randn({4, 32});
+    seen = x.impl_ptr();
+    Tensor y = c->forward(x);
+    EXPECT_TRUE(equal(y, net->forward(x)));
+  }
+  EXPECT_TRUE(seen.expired());
+  {
+    Tensor bad = randn({4, 31});
+    seen = bad.impl_ptr();
+    EXPECT_THROW(c->forward(bad), std::exception);
+  }
+  EXPECT_TRUE(seen.expired());
+  Tensor x = randn({5, 32});
+  EXPECT_TRUE(equal(c->forward(x), net->forward(x)));
 }
 
 TEST(Compile, CompiledGraphBeforeCompileThrows) {

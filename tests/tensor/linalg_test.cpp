@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "tensor/autograd.h"
 #include "tensor/backend.h"
 #include "tensor/cpu/sgemm.h"
+#include "tensor/cpu/sgemm_small.h"
 #include "tensor/ops.h"
 
 using namespace troupe;
@@ -480,6 +482,47 @@ TEST(OwnSgemm, MatchesFloat64ReferenceForEdgesStridesAlphaBeta) {
         }
   }
   set_num_threads(threads);
+}
+
+TEST(OwnSgemm, SmallPathEqualsThePackedPathBitForBit) {
+  // sgemm_small runs the packed path's arithmetic without packing: for every shape it takes (edges of the
+  // 6 x 32 tile, K up to the 256 block), strides of A and B (plain, transposed, a padded row stride) and
+  // beta, its result equals sgemm_packed's bit for bit; and it declines what it does not take
+  manual_seed(33);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  int taken = 0;
+  for (Shape sh : {Shape{1, 1, 1}, Shape{16, 64, 32}, Shape{16, 10, 64}, Shape{64, 64, 16}, Shape{7, 33, 5},
+                   Shape{6, 32, 256}, Shape{13, 70, 3}, Shape{5, 31, 100}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (int pad : {0, 3})
+          for (float beta : {0.0f, 1.0f, 0.5f}) {
+            SCOPED_TRACE("m=" + std::to_string(sh.m) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
+                         " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " pad=" + std::to_string(pad) +
+                         " beta=" + std::to_string(beta));
+            // storage (rows x cols + pad): A is (m, k) or, transposed, (k, m); B is (k, n) or (n, k)
+            const int64_t ar = ta ? sh.k : sh.m, ac = (ta ? sh.m : sh.k) + pad;
+            const int64_t br = tb ? sh.n : sh.k, bc = (tb ? sh.k : sh.n) + pad;
+            Tensor as = randn({ar, ac}, kFloat32), bs = randn({br, bc}, kFloat32);
+            const int64_t rsa = ta ? 1 : ac, csa = ta ? ac : 1, rsb = tb ? 1 : bc, csb = tb ? bc : 1;
+            Tensor c0 = randn({sh.m, sh.n}, kFloat32);
+            Tensor cp = beta == 0.0f ? full({sh.m, sh.n}, std::nanf(""), kFloat32) : c0.clone();
+            Tensor cs = cp.clone();
+            cpu::sgemm_packed(sh.m, sh.n, sh.k, 0.75f, as.data_ptr<float>(), rsa, csa, bs.data_ptr<float>(), rsb, csb, beta,
+                              cp.data_ptr<float>(), sh.n);
+            if (!cpu::sgemm_small(sh.m, sh.n, sh.k, 0.75f, as.data_ptr<float>(), rsa, csa, bs.data_ptr<float>(), rsb, csb,
+                                  beta, cs.data_ptr<float>(), sh.n))
+              continue;  // no AVX-512 here
+            ++taken;
+            EXPECT_EQ(std::memcmp(cp.data_ptr<float>(), cs.data_ptr<float>(), sh.m * sh.n * sizeof(float)), 0);
+          }
+  }
+  if (taken == 0) GTEST_SKIP() << "sgemm_small does not run on this CPU (no AVX-512)";
+  std::vector<float> a(300 * 300), b(300 * 300), c(300 * 300);
+  EXPECT_FALSE(cpu::sgemm_small(2, 2, 257, 1.0f, a.data(), 257, 1, b.data(), 2, 1, 0.0f, c.data(), 2));  // K > 256
+  EXPECT_FALSE(cpu::sgemm_small(300, 300, 4, 1.0f, a.data(), 4, 1, b.data(), 300, 1, 0.0f, c.data(), 300));  // large
 }
 
 TEST(OwnSgemm, TroupeMatmulAgreesWithTheBlasPathWhicheverIsActive) {
