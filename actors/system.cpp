@@ -321,6 +321,10 @@ struct Host : InlineRunner {
  private:
   static constexpr size_t kBudget = 4096;  // messages per tr_drain
   void run(Item& it);
+  /// close() under mu_: marks the mailbox closed and moves what is queued to `left`.
+  void close_locked(const std::string& reason, std::vector<Item>& left);
+  /// Fails the requests of `left` with "the actor is gone (<reason>)" (without the lock).
+  void fail_left(const std::string& reason, std::vector<Item>& left);
 
   SpinLock mu_;
   // The queue length for introspection is pushed_ - taken_. Each has one writer at a time (pushed_ the
@@ -1280,6 +1284,28 @@ ActorRef make_ref(caf::actor h, std::string name, int rank) {
 
 // ---- Host: the mailbox of an actor in this process
 
+namespace {
+std::mutex g_stop_hook_mu;
+std::function<void(const std::string&)> g_stop_hook;  // under g_stop_hook_mu
+std::atomic<bool> g_has_stop_hook{false};
+
+void run_stop_hook(const std::string& actor) {
+  if (!g_has_stop_hook.load(std::memory_order_acquire)) return;
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> g(g_stop_hook_mu);
+    hook = g_stop_hook;
+  }
+  if (hook) hook(actor);
+}
+}  // namespace
+
+void set_stop_hook(std::function<void(const std::string& actor)> hook) {
+  std::lock_guard<std::mutex> g(g_stop_hook_mu);
+  g_has_stop_hook.store(static_cast<bool>(hook), std::memory_order_release);
+  g_stop_hook = std::move(hook);
+}
+
 void Host::run(Item& it) { System::dispatch(*this, it); }
 
 void Host::drain(caf::event_based_actor* self, bool from_post) {
@@ -1312,11 +1338,18 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
       }
     }
     if (stop) {
+      // Closed in the same hold of the lock that clears running_: in between, a caller waiting on a
+      // request sent after stop() (run_inline), or a one-way message (push), found the host idle and
+      // open and ran it on the stopped actor (a supervised host's state query then did not notice the
+      // stop, and its restart came one call late).
+      const std::string why = "it was stopped (user_shutdown)";
       lk.lock();
       q_.give_back(chain);
       running_ = false;
+      close_locked(why, rest);
       lk.unlock();
-      close("it was stopped (user_shutdown)", std::move(rest));
+      run_stop_hook(name);
+      fail_left(why, rest);
       self->quit(caf::exit_reason::user_shutdown);
       return;
     }
@@ -1381,14 +1414,23 @@ void Host::close(const std::string& reason, std::vector<Item> left) {
   {
     std::lock_guard<SpinLock> g(mu_);
     if (closed_) return;
-    closed_ = true;
-    closed_reason_ = reason;
-    while (!q_.empty()) {
-      left.emplace_back();
-      q_.pop_front(left.back());
-    }
-    taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    close_locked(reason, left);
   }
+  fail_left(reason, left);
+}
+
+void Host::close_locked(const std::string& reason, std::vector<Item>& left) {
+  if (closed_) return;
+  closed_ = true;
+  closed_reason_ = reason;
+  while (!q_.empty()) {
+    left.emplace_back();
+    q_.pop_front(left.back());
+  }
+  taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void Host::fail_left(const std::string& reason, std::vector<Item>& left) {
   for (auto& x : left) {
     if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
     else if (x.lane_from >= 0 && x.call.id != 0) sys->lane_reply(x.lane_from, x.call.id, false, Value(), "the actor is gone (" + reason + ")");
