@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -253,33 +254,35 @@ TEST(ActorsRuntime, ARequestAfterTheStopMarkerNeverRunsOnTheStoppedActor) {
       auto& rt = ctx.actors();
       ActorRef c = rt.spawn_on(1, "brief", "InlineCounter", 0);
       EXPECT_EQ(c.request<int64_t>("add", 1).get(), 1);
-      std::mutex mu;
-      std::condition_variable cv;
-      bool held = false, released = false;
-      actors::detail::set_stop_hook([&](const std::string& actor) {
+      struct Gate {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool held = false, released = false;
+      };
+      auto gate = std::make_shared<Gate>();  // shared with the hook: it may still be leaving it after this frame
+      actors::detail::set_stop_hook([gate](const std::string& actor) {
         if (actor != "brief") return;
-        std::unique_lock<std::mutex> g(mu);
-        held = true;
-        cv.notify_all();
-        cv.wait_for(g, std::chrono::seconds(10), [&] { return released; });
+        std::unique_lock<std::mutex> g(gate->mu);
+        gate->held = true;
+        gate->cv.notify_all();
+        gate->cv.wait_for(g, std::chrono::seconds(10), [&] { return gate->released; });
       });
       c.stop();
       bool reached;
       {
-        std::unique_lock<std::mutex> g(mu);
-        reached = cv.wait_for(g, std::chrono::seconds(10), [&] { return held; });
+        std::unique_lock<std::mutex> g(gate->mu);
+        reached = gate->cv.wait_for(g, std::chrono::seconds(10), [&] { return gate->held; });
       }
       // the actor sits right after the marker: both are refused, neither runs here
       std::string e_request = error_of([&] { c.request<int64_t>("add", 10).get(); });
       std::string e_send = error_of([&] { c.send("add", int64_t(100)); });
       {
-        std::lock_guard<std::mutex> g(mu);
-        released = true;
+        std::lock_guard<std::mutex> g(gate->mu);
+        gate->released = true;
       }
-      cv.notify_all();
-      // the hook captures this frame: cleared once the actor has left it (its name is then forgotten)
-      for (int i = 0; i < 400 && rt.find("brief"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      gate->cv.notify_all();
       actors::detail::set_stop_hook({});
+      for (int i = 0; i < 400 && rt.find("brief"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       EXPECT_TRUE(reached) << "the stop hook did not run within 10 s";
       EXPECT_TRUE(contains(e_request, "request 'add' to actor 'brief' (rank 1) failed: the actor is gone (it was stopped"))
           << "a request after the stop marker: '" << e_request << "'";
