@@ -438,6 +438,9 @@ class System {
     if (lane_) gone_[id] = reason;
   }
   const caf::node_id& node() const { return system_->node(); }
+  /// True when stop() left the actor system running (an actor still ran a handler): its actors still
+  /// reach this System when they end, so it must outlive them (actors::stop keeps it).
+  bool left_running() const { return left_running_; }
 
   /// Sends to an actor of this process: through its mailbox, with no CAF message unless it is idle.
   CallStatePtr issue_local(const ActorRef& to, Host& host, const std::string& method, List args, bool want_reply,
@@ -874,6 +877,7 @@ class System {
                    "runs); the actor system is left to the process's exit\n",
                    first_rank_, stuck, static_cast<long long>(stop_wait().count()));
       (void)system_.release();
+      left_running_ = true;
     } else {
       system_.reset();  // every actor ended: it stops the scheduler and the middleman (closes connections)
     }
@@ -1216,6 +1220,7 @@ class System {
   Gate gate_;
   std::mutex mu_;
   std::atomic<bool> running_{true};
+  bool left_running_ = false;  // stop() left the actor system to the process's exit
   std::atomic<uint64_t> next_id_{1};
   std::unordered_map<uint64_t, Pending> pending_;  // requests to actors of other processes
   std::vector<std::weak_ptr<CallState>> watched_;               // then() on requests in this process: failed at their deadline
@@ -1749,6 +1754,15 @@ void stop() {
     detail::g_raw.store(nullptr, std::memory_order_release);
   }
   if (s) s->stop();
+  if (s && s->left_running()) {
+    // An actor still runs a handler: when it ends, its exit functor reaches this System (forget_host).
+    // Kept to the process's exit with the actor system it left (freed here, that was a use after free
+    // in ActorsRuntime.StopIsBoundedWhenAHandlerStillRuns under ASan).
+    static std::mutex kept_mu;
+    static std::vector<std::shared_ptr<detail::System>> kept;
+    std::lock_guard<std::mutex> g(kept_mu);
+    kept.push_back(std::move(s));
+  }
   detail::g_data_plane.group.reset();
   detail::groups_world().reset();
 }
