@@ -325,6 +325,10 @@ struct Host : InlineRunner {
  private:
   static constexpr size_t kBudget = 4096;  // messages per tr_drain
   void run(Item& it);
+  /// close() under mu_: marks the mailbox closed and moves what is queued to `left`.
+  void close_locked(const std::string& reason, std::vector<Item>& left);
+  /// Fails the requests of `left` with "the actor is gone (<reason>)" (without the lock).
+  void fail_left(const std::string& reason, std::vector<Item>& left);
 
   SpinLock mu_;
   // The queue length for introspection is pushed_ - taken_. Each has one writer at a time (pushed_ the
@@ -440,6 +444,9 @@ class System {
     if (lane_) gone_[id] = reason;
   }
   const caf::node_id& node() const { return system_->node(); }
+  /// True when stop() left the actor system running (an actor still ran a handler): its actors still
+  /// reach this System when they end, so it must outlive them (actors::stop keeps it).
+  bool left_running() const { return left_running_; }
 
   /// Sends to an actor of this process: through its mailbox, with no CAF message unless it is idle.
   CallStatePtr issue_local(const ActorRef& to, Host& host, const std::string& method, List args, bool want_reply,
@@ -886,6 +893,7 @@ CallStatePtr issue(const ActorRef& to, const std::string& method, List args, boo
                    "runs); the actor system is left to the process's exit\n",
                    first_rank_, stuck, static_cast<long long>(stop_wait().count()));
       (void)system_.release();
+      left_running_ = true;
     } else {
       system_.reset();  // every actor ended: it stops the scheduler and the middleman (closes connections)
     }
@@ -1231,6 +1239,7 @@ CallStatePtr issue(const ActorRef& to, const std::string& method, List args, boo
   Gate gate_;
   std::mutex mu_;
   std::atomic<bool> running_{true};
+  bool left_running_ = false;  // stop() left the actor system to the process's exit
   std::atomic<uint64_t> next_id_{1};
   std::unordered_map<uint64_t, Pending> pending_;  // requests to actors of other processes
   std::vector<std::weak_ptr<CallState>> watched_;               // then() on requests in this process: failed at their deadline
@@ -1299,6 +1308,28 @@ ActorRef make_ref(caf::actor h, std::string name, int rank) {
 
 // ---- Host: the mailbox of an actor in this process
 
+namespace {
+std::mutex g_stop_hook_mu;
+std::function<void(const std::string&)> g_stop_hook;  // under g_stop_hook_mu
+std::atomic<bool> g_has_stop_hook{false};
+
+void run_stop_hook(const std::string& actor) {
+  if (!g_has_stop_hook.load(std::memory_order_acquire)) return;
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> g(g_stop_hook_mu);
+    hook = g_stop_hook;
+  }
+  if (hook) hook(actor);
+}
+}  // namespace
+
+void set_stop_hook(std::function<void(const std::string& actor)> hook) {
+  std::lock_guard<std::mutex> g(g_stop_hook_mu);
+  g_has_stop_hook.store(static_cast<bool>(hook), std::memory_order_release);
+  g_stop_hook = std::move(hook);
+}
+
 void Host::run(Item& it) { System::dispatch(*this, it); }
 
 void Host::drain(caf::event_based_actor* self, bool from_post) {
@@ -1331,11 +1362,18 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
       }
     }
     if (stop) {
+      // Closed in the same hold of the lock that clears running_: in between, a caller waiting on a
+      // request sent after stop() (run_inline), or a one-way message (push), found the host idle and
+      // open and ran it on the stopped actor (a supervised host's state query then did not notice the
+      // stop, and its restart came one call late).
+      const std::string why = "it was stopped (user_shutdown)";
       lk.lock();
       q_.give_back(chain);
       running_ = false;
+      close_locked(why, rest);
       lk.unlock();
-      close("it was stopped (user_shutdown)", std::move(rest));
+      run_stop_hook(name);
+      fail_left(why, rest);
       self->quit(caf::exit_reason::user_shutdown);
       return;
     }
@@ -1424,14 +1462,23 @@ void Host::close(const std::string& reason, std::vector<Item> left) {
   {
     std::lock_guard<SpinLock> g(mu_);
     if (closed_) return;
-    closed_ = true;
-    closed_reason_ = reason;
-    while (!q_.empty()) {
-      left.emplace_back();
-      q_.pop_front(left.back());
-    }
-    taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    close_locked(reason, left);
   }
+  fail_left(reason, left);
+}
+
+void Host::close_locked(const std::string& reason, std::vector<Item>& left) {
+  if (closed_) return;
+  closed_ = true;
+  closed_reason_ = reason;
+  while (!q_.empty()) {
+    left.emplace_back();
+    q_.pop_front(left.back());
+  }
+  taken_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void Host::fail_left(const std::string& reason, std::vector<Item>& left) {
   for (auto& x : left) {
     if (x.state) x.state->fail("[actors] " + x.state->what() + " failed: the actor is gone (" + reason + ")");
     else if (x.lane_from >= 0 && x.call.id != 0) sys->lane_reply(x.lane_from, x.call.id, false, Value(), "the actor is gone (" + reason + ")");
@@ -1760,6 +1807,15 @@ void stop() {
     detail::g_raw.store(nullptr, std::memory_order_release);
   }
   if (s) s->stop();
+  if (s && s->left_running()) {
+    // An actor still runs a handler: when it ends, its exit functor reaches this System (forget_host).
+    // Kept to the process's exit with the actor system it left (freed here, that was a use after free
+    // in ActorsRuntime.StopIsBoundedWhenAHandlerStillRuns under ASan).
+    static std::mutex kept_mu;
+    static std::vector<std::shared_ptr<detail::System>> kept;
+    std::lock_guard<std::mutex> g(kept_mu);
+    kept.push_back(std::move(s));
+  }
   detail::g_data_plane.group.reset();
   detail::groups_world().reset();
 }

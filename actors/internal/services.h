@@ -2,6 +2,7 @@
 // (system.cpp), and the Actor internals both use.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,12 @@ std::string service_name(int rank);
 
 /// Messages queued for `ref` and not yet run, when it is an actor of this process (else -1); system.cpp.
 int64_t queued_messages(const ActorRef& ref);
+
+/// For tests (runtime_test.cpp): `hook(name)` runs on the thread of an actor of this process right after
+/// it handled ActorRef::stop()'s marker, before the requests queued behind the marker fail and the actor
+/// ends (an empty function: none). It widens the window in which a message sent after stop() must already
+/// be refused. Process-wide: set it around one test only (system.cpp).
+void set_stop_hook(std::function<void(const std::string& actor)> hook);
 
 /// A rank's report (introspect.h) as the Value its service replies with, and back (introspect.cpp).
 Value encode_rank_info(const RankInfo& info);

@@ -4,11 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include <troupe/actors/internal/services.h>  // detail::set_stop_hook
 #include <troupe/tensor/ops.h>
 
 #include "actors_helpers.h"
@@ -325,6 +329,64 @@ TEST(ActorsRuntime, StoppedActorFailsPendingAndLaterRequests) {
       // Its name is free again once the rank has forgotten it.
       for (int i = 0; i < 100 && rt.find("mortal"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       EXPECT_FALSE(rt.find("mortal").has_value());
+    }
+    ctx.world->barrier();
+  });
+}
+
+// A stopped actor that takes requests on the caller's thread: once its actor has handled stop()'s
+// marker, a request or a one-way message must be refused, never run on the caller's thread. The stop
+// hook holds the actor right after the marker, where the race window was (Supervision's idempotent
+// test once counted a restart too few: a state query ran on the host stopped just before it).
+namespace {
+/// A Counter whose requests may run on the thread that waits for them (Actor::allow_inline_requests, as
+/// RemoteModule's host): a request to it when it is idle runs on the caller's thread.
+struct InlineCounter : Counter {
+  explicit InlineCounter(int64_t start) : Counter(start) { allow_inline_requests(); }
+};
+}  // namespace
+
+TEST(ActorsRuntime, ARequestAfterTheStopMarkerNeverRunsOnTheStoppedActor) {
+  register_actor<InlineCounter, int64_t>("InlineCounter");
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      auto& rt = ctx.actors();
+      ActorRef c = rt.spawn_on(1, "brief", "InlineCounter", 0);
+      EXPECT_EQ(c.request<int64_t>("add", 1).get(), 1);
+      struct Gate {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool held = false, released = false;
+      };
+      auto gate = std::make_shared<Gate>();  // shared with the hook: it may still be leaving it after this frame
+      actors::detail::set_stop_hook([gate](const std::string& actor) {
+        if (actor != "brief") return;
+        std::unique_lock<std::mutex> g(gate->mu);
+        gate->held = true;
+        gate->cv.notify_all();
+        gate->cv.wait_for(g, std::chrono::seconds(10), [&] { return gate->released; });
+      });
+      c.stop();
+      bool reached;
+      {
+        std::unique_lock<std::mutex> g(gate->mu);
+        reached = gate->cv.wait_for(g, std::chrono::seconds(10), [&] { return gate->held; });
+      }
+      // the actor sits right after the marker: both are refused, neither runs here
+      std::string e_request = error_of([&] { c.request<int64_t>("add", 10).get(); });
+      std::string e_send = error_of([&] { c.send("add", int64_t(100)); });
+      {
+        std::lock_guard<std::mutex> g(gate->mu);
+        gate->released = true;
+      }
+      gate->cv.notify_all();
+      actors::detail::set_stop_hook({});
+      for (int i = 0; i < 400 && rt.find("brief"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_TRUE(reached) << "the stop hook did not run within 10 s";
+      EXPECT_TRUE(contains(e_request, "request 'add' to actor 'brief' (rank 1) failed: the actor is gone (it was stopped"))
+          << "a request after the stop marker: '" << e_request << "'";
+      EXPECT_TRUE(contains(e_send, "the actor is gone (it was stopped")) << "a one-way message after the stop marker: '" << e_send << "'";
+      EXPECT_FALSE(rt.find("brief").has_value());
     }
     ctx.world->barrier();
   });
