@@ -472,17 +472,7 @@ class System {
     return state;
   }
 
-  bool call_inline(const ActorRef& to, const std::string& method, const List& args, Value& result) {
-  if (!to.valid()) return false;
-  std::shared_ptr<Host> host = to.impl()->local.lock();
-  if (!host || !host->inline_ok || !host->sys->running()) return false;
-  std::string error;
-  if (!host->call_here(method, args, result, error)) return false;
-  if (!error.empty()) throw ActorError("[actors] request '" + method + "' to actor " + to.str() + " failed: " + error);
-  return true;
-}
-
-CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
+  CallStatePtr issue(const ActorRef& to, const std::string& method, List args, bool want_reply) {
     // The hot path of one-way messages: no strings built, one uncontended lock.
     auto what = [&] { return "request '" + method + "' to actor " + to.str(); };
     if (!to.valid()) throw ActorError("[actors] " + what() + ": the ActorRef is empty");

@@ -140,6 +140,24 @@ bool as_step(const Node* n, FusedChain::Step& s) {
   return false;
 }
 
+// Puts one node of `kind` (its inputs `inputs`, its attr `attr`) in place of `members`, a run whose last
+// node's output is the run's only value used outside it; the new output keeps that value's type and name.
+Node* replace_run(Graph& g, const std::vector<Node*>& members, const std::string& kind,
+                  const std::vector<Value*>& inputs, const std::string& attr, std::set<const Node*>& taken) {
+  Node* last = members.back();
+  Node* f = g.insert(last, kind, inputs, 1);
+  f->attr = attr;
+  f->outputs[0]->type = last->outputs[0]->type;
+  const std::string name = last->outputs[0]->name;
+  g.replace_uses(last->outputs[0], f->outputs[0]);
+  for (auto it = members.rbegin(); it != members.rend(); ++it) {
+    g.erase(*it);
+    taken.insert(*it);
+  }
+  if (!name.empty()) g.set_name(f->outputs[0], name);
+  return f;
+}
+
 }  // namespace
 
 static std::vector<bool> needed_values(const FusedChain& c);
@@ -183,18 +201,7 @@ size_t fuse_elementwise(Graph& g) {
     }
     if (!chain->linear_head && chain->steps.size() < 2) continue;  // one op alone: nothing to gain
     chain->needed = needed_values(*chain);
-    Node* last = members.back();
-    Node* f = g.insert(last, "prim::FusedChain", inputs, 1);
-    f->fused = chain;
-    f->attr = chain->ops;
-    f->outputs[0]->type = last->outputs[0]->type;
-    const std::string name = last->outputs[0]->name;
-    g.replace_uses(last->outputs[0], f->outputs[0]);
-    for (auto it = members.rbegin(); it != members.rend(); ++it) {
-      g.erase(*it);
-      taken.insert(*it);
-    }
-    if (!name.empty()) g.set_name(f->outputs[0], name);
+    replace_run(g, members, "prim::FusedChain", inputs, chain->ops, taken)->fused = chain;
     ++made;
   }
   return made;
@@ -485,18 +492,7 @@ size_t fuse_linear_stacks(Graph& g) {
       inputs.push_back(m->inputs[2]);
       stack->ops += (stack->ops.empty() ? "" : " | ") + m->fused->ops;
     }
-    Node* last = members.back();
-    Node* f = g.insert(last, "prim::FusedLinearStack", inputs, 1);
-    f->stack = stack;
-    f->attr = stack->ops;
-    f->outputs[0]->type = last->outputs[0]->type;
-    const std::string name = last->outputs[0]->name;
-    g.replace_uses(last->outputs[0], f->outputs[0]);
-    for (auto it = members.rbegin(); it != members.rend(); ++it) {
-      g.erase(*it);
-      taken.insert(*it);
-    }
-    if (!name.empty()) g.set_name(f->outputs[0], name);
+    replace_run(g, members, "prim::FusedLinearStack", inputs, stack->ops, taken)->stack = stack;
     ++made;
   }
   return made;
