@@ -325,6 +325,9 @@ struct Host : InlineRunner {
  private:
   static constexpr size_t kBudget = 4096;  // messages per tr_drain
   void run(Item& it);
+  /// After a run on a caller's thread (run_inline, call_here): the host is idle again, and is posted a
+  /// drain if messages came in meanwhile.
+  void end_inline();
   /// close() under mu_: marks the mailbox closed and moves what is queued to `left`.
   void close_locked(const std::string& reason, std::vector<Item>& left);
   /// Fails the requests of `left` with "the actor is gone (<reason>)" (without the lock).
@@ -1411,6 +1414,11 @@ bool Host::run_inline(uint64_t id, const CallState&) {
     InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
     for (size_t k = 0; k <= n; ++k) run(here[k]);
   }
+  end_inline();
+  return true;
+}
+
+void Host::end_inline() {
   bool post;
   {
     std::lock_guard<SpinLock> g(mu_);
@@ -1421,7 +1429,6 @@ bool Host::run_inline(uint64_t id, const CallState&) {
   if (post) {
     if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, tr_drain_atom::value);
   }
-  return true;
 }
 
 bool Host::call_here(const std::string& method, const List& args, Value& result, std::string& error) {
@@ -1435,16 +1442,7 @@ bool Host::call_here(const std::string& method, const List& args, Value& result,
     InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
     System::invoke(*this, method, args, result, error);
   }
-  bool post;
-  {
-    std::lock_guard<SpinLock> g(mu_);
-    running_ = false;
-    post = !q_.empty() && !posted_ && !closed_;
-    if (post) posted_ = true;
-  }
-  if (post) {
-    if (auto a = caf::actor_cast<caf::actor>(addr)) caf::anon_send(a, tr_drain_atom::value);
-  }
+  end_inline();
   return true;
 }
 
