@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -319,6 +320,7 @@ bool zero_steps(const comm::ProcessGroupPtr& pg, const Tensor& x, const Tensor& 
 #endif
 
 bool profile = false;
+bool no_zero = false;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -331,8 +333,16 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const Tensor& x, const Tensor& yc,
                   const Tensor& yd, int steps) {
   const char* phases[] = {"zero_grad", "forward + loss", "backward", "optimizer step", "whole step"};
+  // per rank: each rank's own median per phase (a rank late at the all-reduce shows where the skew is)
+  auto per_rank = [&](const std::vector<std::vector<double>>& own) {
+    Tensor t = zeros({pg->size(), 5}, TensorOptions().dtype(kFloat64));
+    for (int k = 0; k < 5; ++k) t[pg->rank()][k].fill_(median(own[k]));
+    pg->all_reduce(t, comm::ReduceOp::SUM);
+    return t.to_vector<double>();
+  };
+  std::vector<std::vector<double>> own_lo, own_dd;
   auto run = [&](Case& c) {
-    std::vector<std::vector<double>> ms(5);
+    std::vector<std::vector<double>> ms(5), own(5);
     for (int i = 0; i < steps; ++i) {
       pg->barrier();
       auto t0 = Clock::now();
@@ -347,13 +357,18 @@ void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const
       do_not_optimize(loss.item<float>());
       const double d[5] = {ms_between(t0, t1), ms_between(t1, t2), ms_between(t2, t3), ms_between(t3, t4),
                            ms_between(t0, t4)};
-      for (int k = 0; k < 5; ++k) ms[k].push_back(max_over_ranks(pg, d[k]));
+      for (int k = 0; k < 5; ++k) {
+        ms[k].push_back(max_over_ranks(pg, d[k]));
+        own[k].push_back(d[k]);
+      }
     }
+    (&c == &local ? own_lo : own_dd) = own;
     std::vector<double> med;
     for (auto& v : ms) med.push_back(median(v));
     return med;
   };
   auto lo = run(local), dd = run(ddp);
+  const std::vector<double> lo_ranks = per_rank(own_lo), dd_ranks = per_rank(own_dd);
   int64_t numel = 0;
   for (const auto& p : local.inner->parameters()) numel += p.numel();
   Tensor flat = zeros({numel});
@@ -364,13 +379,36 @@ void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const
     pg->all_reduce(flat, comm::ReduceOp::SUM);
     ar.push_back(max_over_ranks(pg, ms_since(t0)));
   }
+  // The same all-reduces on fresh gradients: a local backward, a barrier, then each parameter's .grad
+  // all-reduced in place (what the in-place DDP issues, without its hooks and without the wait for the
+  // slower rank), and the bytes those all-reduces touch being out of cache.
+  std::vector<double> fresh;
+  for (int i = 0; i < std::max(steps, 5); ++i) {
+    local.opt->zero_grad();
+    loss_of((*local.model)(x), yc, yd).backward();
+    pg->barrier();
+    auto t0 = Clock::now();
+    for (auto& p : local.inner->parameters()) {
+      Tensor g = p.grad();
+      pg->all_reduce(g, comm::ReduceOp::SUM);
+    }
+    fresh.push_back(max_over_ranks(pg, ms_since(t0)));
+  }
   if (pg->rank() != 0) return;
   std::printf("\nstep profile (--profile; %d steps each, median of the slowest rank's ms per phase)\n", steps);
   std::printf("  %-16s %10s %10s %10s\n", "phase", "local", "DDP", "DDP-local");
   for (int k = 0; k < 5; ++k)
-    std::printf("  %-16s %10.2f %10.2f %+10.2f\n", phases[k], lo[k], dd[k], dd[k] - lo[k]);
+  {
+    std::printf("  %-16s %10.2f %10.2f %+10.2f   per rank local", phases[k], lo[k], dd[k], dd[k] - lo[k]);
+    for (int r = 0; r < pg->size(); ++r) std::printf(" %.2f", lo_ranks[static_cast<size_t>(r * 5 + k)]);
+    std::printf(", DDP");
+    for (int r = 0; r < pg->size(); ++r) std::printf(" %.2f", dd_ranks[static_cast<size_t>(r * 5 + k)]);
+    std::printf("\n");
+  }
   std::printf("  all_reduce of all gradients alone (%.2f MB): %.2f ms (median of %zu)\n", numel * 4 / 1e6,
               median(ar), ar.size());
+  std::printf("  all_reduce of each fresh .grad after a local backward and a barrier: %.2f ms (median of %zu)\n",
+              median(fresh), fresh.size());
   std::fflush(stdout);
 }
 
@@ -407,6 +445,13 @@ int bench(launch::Context& ctx) {
                             parallel::DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)));
   cases.push_back(make_case("DDP buckets 1+25 MiB, gradient_as_bucket_view", pg,
                             parallel::DDPOptions().gradient_as_bucket_view(true)));
+  {
+    // the schedule before issue 18: every gradient copied into its bucket and back
+    const int64_t in_place = parallel::detail::ddp_in_place_bytes();
+    parallel::detail::set_ddp_in_place_bytes(INT64_MAX);
+    cases.push_back(make_case("DDP buckets 1+25 MiB, all through the buckets", pg, parallel::DDPOptions()));
+    parallel::detail::set_ddp_in_place_bytes(in_place);
+  }
   if (me == 0) {
     int64_t nparams = 0;
     for (const auto& p : cases[0]->inner->parameters()) nparams += p.numel();
@@ -464,6 +509,10 @@ int bench(launch::Context& ctx) {
   }
 
 #ifdef TROUPE_BENCH_HAVE_ZERO
+  if (no_zero) {
+    if (me == 0) std::printf("load average at end %s\n", loadavg().c_str());
+    return ok ? 0 : 1;
+  }
   // ZeRO memory per rank: world size 1 (a local group of one on each rank) and the world.
   auto single = comm::make_local_groups(1)[0];
   struct Mem {
@@ -506,6 +555,7 @@ int main(int argc, char** argv) {
     troupe::cli::add_launch_flags(app);
     app.add_option("--loss", loss, "ce or mse")->check(CLI::IsMember({"ce", "mse"}));
     app.add_flag("--profile", profile, "time zero_grad, forward, backward and the optimizer step apart");
+    app.add_flag("--no-zero", no_zero, "the DDP cases only (no ZeRO / FSDP tables)");
   });
   use_mse = loss == "mse";
   if (!cfg.quick && cfg.samples == 15) cfg.samples = 9;

@@ -5,6 +5,7 @@
 #include <troupe/parallel/wrap_checks.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -88,6 +89,14 @@ void broadcast_coalesced(const ProcessGroupPtr& group, const std::vector<Tensor>
 
 }  // namespace
 
+namespace detail {
+namespace {
+std::atomic<int64_t> g_in_place_bytes{int64_t{256} << 10};
+}  // namespace
+void set_ddp_in_place_bytes(int64_t bytes) { g_in_place_bytes.store(bytes); }
+int64_t ddp_in_place_bytes() { return g_in_place_bytes.load(); }
+}  // namespace detail
+
 // ------------------------------------------------------------------------------------------- Reducer
 
 struct DistributedDataParallel::Reducer {
@@ -99,8 +108,15 @@ struct DistributedDataParallel::Reducer {
     ScalarType dtype = kFloat32;
     Device device;
     int64_t numel = 0;
-    size_t pending = 0;  // parameters not yet ready in this iteration
-    WorkPtr work;
+    // Members reduced in place (at least in_place_bytes, not gradient_as_bucket_view): each its own
+    // all-reduce, on its .grad when that can be (no copy into the bucket and back), else on its view.
+    // They lie after the others in `flat`; the others' all-reduce covers flat[0, small_numel).
+    std::vector<char> in_place;
+    int64_t small_numel = 0;
+    // per iteration
+    std::vector<Tensor> targets;  // in-place members: the tensor reduced (the .grad or the view)
+    size_t pending = 0;           // parameters not yet ready in this iteration
+    std::vector<WorkPtr> works;
   };
 
   ProcessGroupPtr group;
@@ -108,6 +124,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<std::string> names;
   bool find_unused = false;
   bool grad_as_view = false;
+  int64_t in_place_bytes = 0;  // members this large are reduced in place (see Bucket::in_place)
   double scale = 1.0;  // 1 / size
   std::vector<Bucket> buckets;
   std::vector<std::pair<int, int>> loc;  // parameter -> (bucket, index in bucket); (-1, -1): not reduced
@@ -144,9 +161,20 @@ struct DistributedDataParallel::Reducer {
       b.dtype = params[vars[0]].dtype();
       b.device = params[vars[0]].device();
       for (size_t v : vars) {
-        b.offsets.push_back(b.numel);
-        b.numel += params[v].numel();
+        const int64_t bytes = params[v].numel() * static_cast<int64_t>(params[v].element_size());
+        b.in_place.push_back(!grad_as_view && bytes > 0 && bytes >= in_place_bytes);
+        b.offsets.push_back(0);
       }
+      // The members reduced through the bucket first, then the in-place ones.
+      for (int pass = 0; pass < 2; ++pass) {
+        for (size_t k = 0; k < vars.size(); ++k) {
+          if (b.in_place[k] != pass) continue;
+          b.offsets[k] = b.numel;
+          b.numel += params[vars[k]].numel();
+        }
+        if (pass == 0) b.small_numel = b.numel;
+      }
+      b.targets.resize(vars.size());
       b.flat = zeros({b.numel}, TensorOptions(b.dtype).device(b.device));
       for (size_t k = 0; k < vars.size(); ++k) {
         b.views.push_back(b.flat.narrow(0, b.offsets[k], params[vars[k]].numel()).view(params[vars[k]].sizes()));
@@ -202,7 +230,8 @@ struct DistributedDataParallel::Reducer {
     local_used.assign(params.size(), 0);
     for (auto& b : buckets) {
       b.pending = b.vars.size();
-      b.work = nullptr;
+      b.works.clear();
+      for (auto& t : b.targets) t = Tensor();
     }
     unused.clear();
     if (!find_unused) return;
@@ -236,13 +265,22 @@ struct DistributedDataParallel::Reducer {
       if (!has_marked_unused) {
         has_marked_unused = true;
         for (size_t u : unused)
-          if (u != i && !ready[u]) mark_ready(u);
+          if (u != i && !ready[u]) mark_ready(u, false);
       }
     }
-    mark_ready(i);
+    mark_ready(i, true);
   }
 
-  void mark_ready(size_t i) {
+  // A gradient the all-reduce may average in place: this iteration's (`own`: its hook fired; with
+  // find_unused an unused parameter's .grad must stay as it is when no rank used it), the parameter's
+  // layout and device, no graph (create_graph), not a view into a bucket.
+  bool reducible_in_place(size_t i, const Tensor& grad, const Tensor& view, bool own) const {
+    return own && grad.defined() && !grad.requires_grad() && grad.sizes() == view.sizes() &&
+           grad.dtype() == view.dtype() && grad.device() == view.device() && grad.is_contiguous() &&
+           grad.data_ptr() != view.data_ptr() && params[i].device() == grad.device();
+  }
+
+  void mark_ready(size_t i, bool own) {
     if (ready[i]) {
       throw std::runtime_error(
           std::string(kWho) + " Expected to mark a variable ready only once: parameter " + param_label(i) +
@@ -264,7 +302,11 @@ struct DistributedDataParallel::Reducer {
                                    "; the parameter has shape " + detail::shape_str(view.sizes()) + " dtype " +
                                    dtype_name(view.dtype()));
         }
-        if (grad.data_ptr() == view.data_ptr() && grad.numel() > 0) {
+        if (b.in_place[static_cast<size_t>(k)] && reducible_in_place(i, grad, view, own)) {
+          Tensor g = grad;
+          if (scale != 1.0) g.mul_(scale);  // while it is in cache; then SUM in place
+          b.targets[static_cast<size_t>(k)] = g;
+        } else if (grad.data_ptr() == view.data_ptr() && grad.numel() > 0) {
           view.mul_(scale);  // already a view into the bucket (gradient_as_bucket_view)
         } else {
           scaled_copy(view, grad, scale);
@@ -273,6 +315,8 @@ struct DistributedDataParallel::Reducer {
       } else {
         view.zero_();
       }
+      if (b.in_place[static_cast<size_t>(k)] && !b.targets[static_cast<size_t>(k)].defined())
+        b.targets[static_cast<size_t>(k)] = view;  // reduced on its view, copied out in finalize
     }
     if (--b.pending == 0) launch_ready_buckets();
   }
@@ -286,7 +330,13 @@ struct DistributedDataParallel::Reducer {
         // waiting thread runs it rather than waking the backend's worker.
         std::optional<comm::detail::SyncCall> sync;
         if (next_bucket + 1 == buckets.size()) sync.emplace();
-        b.work = group->all_reduce_async(b.flat, ReduceOp::SUM);
+        // The same ops, in the same order, on every rank: the bucket's part, then each in-place member.
+        if (b.small_numel > 0) {
+          Tensor part = b.small_numel == b.numel ? b.flat : b.flat.narrow(0, 0, b.small_numel);
+          b.works.push_back(group->all_reduce_async(part, ReduceOp::SUM));
+        }
+        for (size_t k = 0; k < b.vars.size(); ++k)
+          if (b.in_place[k]) b.works.push_back(group->all_reduce_async(b.targets[k], ReduceOp::SUM));
       }
       ++next_bucket;
     }
@@ -304,10 +354,9 @@ struct DistributedDataParallel::Reducer {
       global_used = used.to_vector<int32_t>();
     }
     for (auto& b : buckets) {
-      if (b.work) {
-        WorkPtr w = std::move(b.work);
-        w->wait();
-      }
+      std::vector<WorkPtr> works = std::move(b.works);
+      b.works.clear();
+      for (auto& w : works) w->wait();
     }
     NoGradGuard no_grad;
     for (auto& b : buckets) {
@@ -316,6 +365,11 @@ struct DistributedDataParallel::Reducer {
         if (find_unused && global_used[i] == 0) continue;  // no rank used it: .grad stays as it is
         const Tensor& view = b.views[k];
         const Tensor& grad = params[i].grad();
+        if (b.in_place[k] && b.targets[k].defined() && b.targets[k].data_ptr() != view.data_ptr()) {
+          b.targets[k] = Tensor();  // averaged in place: it is the .grad
+          continue;
+        }
+        b.targets[k] = Tensor();
         if (!grad.defined()) {
           params[i].set_grad(grad_as_view ? view : view.clone());
         } else if (grad.data_ptr() != view.data_ptr() || grad.numel() == 0) {
@@ -328,8 +382,8 @@ struct DistributedDataParallel::Reducer {
   // Waits (bounded by the group's timeout) for reductions still in flight; swallows their errors.
   void drain() noexcept {
     for (auto& b : buckets) {
-      detail::wait_quietly(b.work);
-      b.work = nullptr;
+      for (auto& w : b.works) detail::wait_quietly(w);
+      b.works.clear();
     }
   }
 };
@@ -347,6 +401,7 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
   r->group = group_;
   r->find_unused = options_.find_unused_parameters();
   r->grad_as_view = options_.gradient_as_bucket_view();
+  r->in_place_bytes = detail::ddp_in_place_bytes();
   r->scale = 1.0 / static_cast<double>(group_->size());
   for (const auto& [n, p] : module_->named_parameters()) {
     if (!p.defined()) continue;

@@ -117,4 +117,13 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<Reducer> reducer_;
 };
 
+namespace detail {
+/// Parameters of at least this many bytes (default 256 KiB) are all-reduced in place on their .grad,
+/// one all-reduce each, instead of through their bucket's flat buffer (no copy in and back). For tests
+/// and the bench: 0 reduces every parameter so, a huge value none. Read when a DDP is constructed.
+void set_ddp_in_place_bytes(int64_t bytes);
+/// The current threshold (set_ddp_in_place_bytes).
+int64_t ddp_in_place_bytes();
+}  // namespace detail
+
 }  // namespace troupe::parallel

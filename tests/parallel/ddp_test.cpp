@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -182,6 +183,116 @@ TEST(DdpTraining, GradientsAreTheAverageAfterOneBackward) {
       const double want = (n + 1) / 2.0;
       for (auto g : lin->bias.grad().to_vector<float>()) EXPECT_NEAR(g, want, 1e-6) << "rank " << pg->rank();
       for (auto g : lin->weight.grad().to_vector<float>()) EXPECT_NEAR(g, want, 1e-6) << "rank " << pg->rank();
+      return 0;
+    });
+  }
+}
+
+// ---------------------------------------------------------------------- in-place reduction (issue 18)
+
+namespace {
+// Sets parallel::detail::set_ddp_in_place_bytes for a scope (DDPs constructed in it use it).
+struct InPlaceBytes {
+  int64_t previous = parallel::detail::ddp_in_place_bytes();
+  explicit InPlaceBytes(int64_t bytes) { parallel::detail::set_ddp_in_place_bytes(bytes); }
+  ~InPlaceBytes() { parallel::detail::set_ddp_in_place_bytes(previous); }
+};
+}  // namespace
+
+TEST(DdpInPlace, TrainingMatchesOneProcessWhenEveryGradientIsReducedInPlace) {
+  InPlaceBytes all(0);  // every parameter its own all-reduce on its .grad
+  const std::vector<DDPOptions> variants = {DDPOptions(), DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6),
+                                            DDPOptions().first_bucket_mb(1e6).bucket_cap_mb(1e6)};
+  for (int n : {1, 2, 3, 4}) {
+    const auto want = reference_training(n);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      auto got = on_local_ranks<std::vector<std::vector<float>>>(
+          n, [&](ProcessGroupPtr pg) { return ddp_training(pg, variants[v]); });
+      for (int r = 0; r < n; ++r) {
+        EXPECT_LE(max_diff(got[r], want), 1e-6) << "variant " << v << ", rank " << r << " of " << n;
+        EXPECT_EQ(max_diff(got[r], got[0]), 0.0) << "variant " << v << ", rank " << r << " of " << n;
+      }
+    }
+  }
+}
+
+TEST(DdpInPlace, MixedLayoutKeepsTheAverages) {
+  // hidden 40: the first Linear's weight (6 x 40 floats, 960 bytes) and the second's (40 x 4, 640 bytes)
+  // are reduced in place, the biases (160 and 16 bytes) through their bucket's flat buffer.
+  InPlaceBytes some(600);
+  for (int n : {2, 3}) {
+    // Every rank's loss is (rank + 1) * sum(out): the averaged gradient is (n + 1) / 2 times rank 0's.
+    auto got = on_local_ranks<std::vector<std::vector<float>>>(n, [&](ProcessGroupPtr pg) {
+      auto model = make_mlp(7, 40);
+      DistributedDataParallel ddp(model, pg, DDPOptions().first_bucket_mb(1e6).bucket_cap_mb(1e6));
+      (ddp(batch_x(0, 0, 3)).sum() * static_cast<double>(pg->rank() + 1)).backward();
+      std::vector<std::vector<float>> g;
+      for (const auto& p : model->parameters()) g.push_back(p.grad().to_vector<float>());
+      return g;
+    });
+    auto ref = make_mlp(7, 40);
+    ((*ref)(batch_x(0, 0, 3)).sum() * ((n + 1) / 2.0)).backward();
+    std::vector<std::vector<float>> want;
+    for (const auto& p : ref->parameters()) want.push_back(p.grad().to_vector<float>());
+    for (int r = 0; r < n; ++r) EXPECT_LE(max_diff(got[r], want), 1e-5) << "rank " << r << " of " << n;
+  }
+}
+
+TEST(DdpInPlace, GradientsKeepPyTorchsIdentityAndValues) {
+  for (int64_t bytes : {int64_t{0}, INT64_MAX}) {  // in place, and through the buckets
+    InPlaceBytes setting(bytes);
+    on_local_ranks<int>(2, [&](ProcessGroupPtr pg) {
+      std::shared_ptr<nn::LinearImpl> lin;
+      {
+        std::lock_guard<std::mutex> lock(init_mutex());
+        lin = std::make_shared<nn::LinearImpl>(3, 2);
+      }
+      DistributedDataParallel ddp(lin, pg);
+      const double k = pg->rank() + 1;  // loss (rank + 1) * sum(out): average 1.5 * d sum(out)
+      (ddp(ones({1, 3})).sum() * k).backward();
+      // zero_grad(set_to_none=false): the same .grad tensor, zeroed, accumulates and is averaged in place.
+      Tensor held = lin->weight.grad();
+      for (float g : held.to_vector<float>()) EXPECT_NEAR(g, 1.5, 1e-6) << "bytes " << bytes;
+      {
+        NoGradGuard no_grad;
+        held.zero_();
+      }
+      (ddp(full({1, 3}, 2.0)).sum() * k).backward();
+      EXPECT_EQ(lin->weight.grad().data_ptr(), held.data_ptr()) << "bytes " << bytes;
+      for (float g : held.to_vector<float>()) EXPECT_NEAR(g, 3.0, 1e-6) << "bytes " << bytes;
+      // set_to_none: a gradient held from before is not touched by the next reduction.
+      lin->weight.set_grad(Tensor());
+      (ddp(full({1, 3}, 4.0)).sum() * k).backward();
+      for (float g : held.to_vector<float>()) EXPECT_NEAR(g, 3.0, 1e-6) << "bytes " << bytes;
+      for (float g : lin->weight.grad().to_vector<float>()) EXPECT_NEAR(g, 6.0, 1e-6) << "bytes " << bytes;
+      return 0;
+    });
+  }
+}
+
+TEST(DdpInPlace, UnusedParametersAndNoSync) {
+  InPlaceBytes all(0);
+  for (int n : {2, 3}) {
+    on_local_ranks<int>(n, [&](ProcessGroupPtr pg) {
+      // b unused on every rank, its .grad set before (different on each): left as it is, not averaged in place.
+      auto m = std::make_shared<TwoBranch>(5);
+      DistributedDataParallel ddp(m, pg, DDPOptions().find_unused_parameters(true));
+      const float preset = 7.0f * static_cast<float>(pg->rank() + 1);
+      m->b->weight.set_grad(full({kOut, kIn}, preset));
+      ddp(ones({1, kIn})).sum().backward();
+      for (float g : m->b->weight.grad().to_vector<float>()) EXPECT_EQ(g, preset) << "rank " << pg->rank();
+      for (float g : m->a->bias.grad().to_vector<float>()) EXPECT_NEAR(g, 1.0, 1e-6) << "rank " << pg->rank();
+      // b used on the last rank only: reduced in place there, through its bucket view elsewhere.
+      auto m2 = std::make_shared<TwoBranch>(5);
+      m2->use_b = pg->rank() == n - 1;
+      DistributedDataParallel ddp2(m2, pg, DDPOptions().find_unused_parameters(true));
+      {
+        auto guard = ddp2.no_sync();
+        ddp2(ones({1, kIn})).sum().backward();  // local only
+      }
+      ddp2(ones({1, kIn})).sum().backward();  // reduces both backwards' sums
+      for (float g : m2->a->bias.grad().to_vector<float>()) EXPECT_NEAR(g, 2.0, 1e-6) << "rank " << pg->rank();
+      for (float g : m2->b->bias.grad().to_vector<float>()) EXPECT_NEAR(g, 2.0 / n, 1e-6) << "rank " << pg->rank();
       return 0;
     });
   }
@@ -502,9 +613,14 @@ ProcessGroupPtr ddp_mpi_world() {
 TEST(DdpMpi, MatchesOneProcessOnTheConcatenatedBatch) {
   DDP_MPI_SETUP(pg);
   const auto want = reference_training(pg->size());
-  for (auto options : {DDPOptions(), DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)}) {
-    auto got = ddp_training(pg, options);
-    EXPECT_LE(max_diff(got, want), 1e-6) << "rank " << pg->rank();
+  for (int64_t in_place : {parallel::detail::ddp_in_place_bytes(), int64_t{0}}) {  // the default, every one
+    const int64_t previous = parallel::detail::ddp_in_place_bytes();
+    parallel::detail::set_ddp_in_place_bytes(in_place);
+    for (auto options : {DDPOptions(), DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6)}) {
+      auto got = ddp_training(pg, options);
+      EXPECT_LE(max_diff(got, want), 1e-6) << "rank " << pg->rank() << ", in place from " << in_place << " bytes";
+    }
+    parallel::detail::set_ddp_in_place_bytes(previous);
   }
 }
 
