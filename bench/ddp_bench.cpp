@@ -372,12 +372,16 @@ void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const
   int64_t numel = 0;
   for (const auto& p : local.inner->parameters()) numel += p.numel();
   Tensor flat = zeros({numel});
-  std::vector<double> ar;
+  std::vector<double> ar, ar_avg;  // SUM, and AVG (the in-place DDP's op), alternately
   for (int i = 0; i < std::max(steps, 5); ++i) {
     pg->barrier();
     auto t0 = Clock::now();
     pg->all_reduce(flat, comm::ReduceOp::SUM);
     ar.push_back(max_over_ranks(pg, ms_since(t0)));
+    pg->barrier();
+    t0 = Clock::now();
+    pg->all_reduce(flat, comm::ReduceOp::AVG);
+    ar_avg.push_back(max_over_ranks(pg, ms_since(t0)));
   }
   // The same all-reduces on fresh gradients: a local backward, a barrier, then each parameter's .grad
   // all-reduced in place (what the in-place DDP issues, without its hooks and without the wait for the
@@ -405,8 +409,8 @@ void profile_step(const comm::ProcessGroupPtr& pg, Case& local, Case& ddp, const
     for (int r = 0; r < pg->size(); ++r) std::printf(" %.2f", dd_ranks[static_cast<size_t>(r * 5 + k)]);
     std::printf("\n");
   }
-  std::printf("  all_reduce of all gradients alone (%.2f MB): %.2f ms (median of %zu)\n", numel * 4 / 1e6,
-              median(ar), ar.size());
+  std::printf("  all_reduce of all gradients alone (%.2f MB): %.2f ms SUM, %.2f ms AVG (median of %zu)\n",
+              numel * 4 / 1e6, median(ar), median(ar_avg), ar.size());
   std::printf("  all_reduce of each fresh .grad after a local backward and a barrier: %.2f ms (median of %zu)\n",
               median(fresh), fresh.size());
   std::fflush(stdout);

@@ -127,8 +127,9 @@ class MpiProcessGroup : public ProcessGroup {
     int64_t n = tensor.numel();
     ScalarType dt = tensor.dtype();
     int size = this->size();
+    const bool ring_avg = op == ReduceOp::AVG && ring_avg_fits(n, dt);
     // A synchronous all-reduce on an idle group runs at once, with no op object.
-    if (detail::t_sync_call && !is_16bit_float(dt) && !g_debug.load() && size > 1 && n <= max_count()) {
+    if (detail::t_sync_call && !ring_avg && !is_16bit_float(dt) && !g_debug.load() && size > 1 && n <= max_count()) {
       if (WorkPtr w = e_->allreduce_now(tensor, data, n, move_type(dt), detail::combine_of(op, dt), op == ReduceOp::AVG)) {
         return w;
       }
@@ -145,6 +146,10 @@ class MpiProcessGroup : public ProcessGroup {
         if (op == ReduceOp::AVG) divide_by(f->data(), n, MPI_FLOAT, size);
         narrow(reinterpret_cast<float*>(f->data()), data, n, dt);
       };
+    } else if (ring_avg) {
+      MPI_Datatype type = move_type(dt);
+      add_ring_avg_allreduce(*o, e_->coll_comm(), rank(), size, data, n, type,
+                             e_->scratch((static_cast<size_t>(n / size) + 1) * type_size(type)));
     } else {
       MPI_Datatype type = move_type(dt);
       add_allreduce_op(*o, data, n, type, detail::combine_of(op, dt));
@@ -299,6 +304,13 @@ class MpiProcessGroup : public ProcessGroup {
   }
 
  private:
+  /// AVG of this many float32 / float64 elements runs troupe's ring with the division fused
+  /// (add_ring_avg_allreduce): above the small-all-reduce bytes, within one MPI call's count.
+  bool ring_avg_fits(int64_t n, ScalarType dt) const {
+    return size() > 1 && (dt == kFloat32 || dt == kFloat64) && n <= max_count() &&
+           n * static_cast<int64_t>(element_size(dt)) > e_->small_allreduce_bytes();
+  }
+
   /// The all-reduce's steps: troupe's recursive doubling for small buffers, MPI_Iallreduce otherwise.
   void add_allreduce_op(OpState& o, char* buf, int64_t n, MPI_Datatype type, Combine c) {
     if (size() > 1 && n <= max_count() &&

@@ -156,6 +156,56 @@ void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* b
   }
 }
 
+namespace {
+template <typename T>
+void add_divide(T* dst, const T* src, int64_t n, int size) {
+  const T p = static_cast<T>(size);
+  for (int64_t i = 0; i < n; ++i) dst[i] = (dst[i] + src[i]) / p;
+}
+}  // namespace
+
+void add_ring_avg_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
+                            Buffer tmp) {
+  op.buffers.push_back(tmp);
+  char* t = tmp->data();
+  const size_t es = type_size(type);
+  const int p = size;
+  auto off = [=](int c) { return n * c / p; };  // chunk c: [off(c), off(c + 1))
+  auto len = [=](int c) { return static_cast<int>(off(c + 1) - off(c)); };
+  const int right = (rank + 1) % p, left = (rank + p - 1) % p;
+  auto exchange = [=](int send_chunk, char* recv_into, int recv_chunk, int tag) {
+    return [=](MPI_Request* r) {
+      int rc = MPI_Irecv(recv_into, len(recv_chunk), type, left, tag, comm, &r[0]);
+      if (rc != MPI_SUCCESS) return rc;
+      return MPI_Isend(buf + off(send_chunk) * es, len(send_chunk), type, right, tag, comm, &r[1]);
+    };
+  };
+  // Reduce-scatter: at step s, send chunk rank - s, add the left neighbour's chunk rank - s - 1; after
+  // p - 1 steps this rank holds chunk rank + 1 summed over every rank (divided in the last step).
+  for (int s = 0; s < p - 1; ++s) {
+    const int send_chunk = (rank - s + 2 * p) % p, recv_chunk = (rank - s - 1 + 2 * p) % p;
+    const bool last = s == p - 2;
+    Step step{exchange(send_chunk, t, recv_chunk, s), nullptr, 2};
+    step.done = [=](const MPI_Status&) {
+      char* dst = buf + off(recv_chunk) * es;
+      const int64_t m = len(recv_chunk);
+      if (type == MPI_DOUBLE) {
+        if (last) add_divide(reinterpret_cast<double*>(dst), reinterpret_cast<const double*>(t), m, p);
+        else combine(dst, t, m, type, Combine::Sum);
+      } else {
+        if (last) add_divide(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(t), m, p);
+        else combine(dst, t, m, type, Combine::Sum);
+      }
+    };
+    op.steps.push_back(std::move(step));
+  }
+  // All-gather: at step s, send chunk rank + 1 - s (the one finished last), receive chunk rank - s.
+  for (int s = 0; s < p - 1; ++s) {
+    const int send_chunk = (rank + 1 - s + 2 * p) % p, recv_chunk = (rank - s + 2 * p) % p;
+    op.steps.push_back(Step{exchange(send_chunk, buf + off(recv_chunk) * es, recv_chunk, p - 1 + s), nullptr, 2});
+  }
+}
+
 /// A Work that ended before it was returned (the synchronous fast path).
 class DoneWork : public Work {
  public:

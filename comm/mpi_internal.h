@@ -171,6 +171,12 @@ void combine(void* dst, const void* src, int64_t n, MPI_Datatype type, Combine c
 /// The recursive doubling as steps of a queued op. `tmp` holds n elements (the partner's data).
 void add_small_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
                          Combine c, Buffer tmp);
+/// AVG of float32 / float64 above the small-all-reduce bytes: troupe's ring (a reduce-scatter, then an
+/// all-gather, p - 1 exchanges of n / p elements each with the neighbours), whose last reduce-scatter
+/// step divides while it adds, (partial + received) / size, so that the average costs no pass of its own
+/// over the buffer (MPI_Iallreduce's SUM and then a division pass did). `tmp` holds n / p + 1 elements.
+void add_ring_avg_allreduce(OpState& op, MPI_Comm comm, int rank, int size, char* buf, int64_t n, MPI_Datatype type,
+                            Buffer tmp);
 /// All-reduces of at most this many bytes run the recursive doubling, by where the group's ranks live
 /// (comm_bench --threshold, bench/results.txt): on one host (shared memory) it wins up to 32 KB and
 /// MPI_Iallreduce from 64 KB; across hosts on TCP every message round costs far more than the bytes and

@@ -109,7 +109,8 @@ struct DistributedDataParallel::Reducer {
     Device device;
     int64_t numel = 0;
     // Members reduced in place (at least in_place_bytes, not gradient_as_bucket_view): each its own
-    // all-reduce, on its .grad when that can be (no copy into the bucket and back), else on its view.
+    // all-reduce (AVG: the backend divides, mpi within its last reduce step, nccl with ncclAvg), on its
+    // .grad when that can be (no copy into the bucket and back, no pass to scale), else on its view.
     // They lie after the others in `flat`; the others' all-reduce covers flat[0, small_numel).
     std::vector<char> in_place;
     int64_t small_numel = 0;
@@ -302,10 +303,10 @@ struct DistributedDataParallel::Reducer {
                                    "; the parameter has shape " + detail::shape_str(view.sizes()) + " dtype " +
                                    dtype_name(view.dtype()));
         }
-        if (b.in_place[static_cast<size_t>(k)] && reducible_in_place(i, grad, view, own)) {
-          Tensor g = grad;
-          if (scale != 1.0) g.mul_(scale);  // while it is in cache; then SUM in place
-          b.targets[static_cast<size_t>(k)] = g;
+        if (b.in_place[static_cast<size_t>(k)]) {
+          // averaged (AVG) in place on the .grad, else on its view holding the .grad as it is
+          if (reducible_in_place(i, grad, view, own)) b.targets[static_cast<size_t>(k)] = grad;
+          else scaled_copy(view, grad, 1.0);
         } else if (grad.data_ptr() == view.data_ptr() && grad.numel() > 0) {
           view.mul_(scale);  // already a view into the bucket (gradient_as_bucket_view)
         } else {
@@ -336,7 +337,7 @@ struct DistributedDataParallel::Reducer {
           b.works.push_back(group->all_reduce_async(part, ReduceOp::SUM));
         }
         for (size_t k = 0; k < b.vars.size(); ++k)
-          if (b.in_place[k]) b.works.push_back(group->all_reduce_async(b.targets[k], ReduceOp::SUM));
+          if (b.in_place[k]) b.works.push_back(group->all_reduce_async(b.targets[k], ReduceOp::AVG));
       }
       ++next_bucket;
     }

@@ -183,6 +183,42 @@ TEST(MpiCollectives, AGroupKnowsWhetherItSpansHosts) {
 // two), larger ones MPI_Iallreduce; a synchronous call on an idle group runs either at once on its
 // thread, an async one is queued. Every path, across the threshold, on values whose sum depends on the
 // order: every rank must end with the same bits, and the paths agree to rounding.
+// AVG of float32 / float64 above the small-all-reduce bytes runs troupe's ring with the division fused into
+// its last reduce step (add_ring_avg_allreduce): the SUM all-reduce (MPI_Iallreduce) divided once by the
+// size, to rounding (at 2 ranks to the bit: one addition, then an exact halving), every rank the same bits,
+// sync and async; chunks of 0 elements (len < size) and uneven ones included.
+TEST(MpiCollectives, AllReduceAvgRingIsTheSumDividedOnce) {
+  MPI_SETUP(pg);
+  int n = pg->size(), me = pg->rank();
+  comm::detail::set_mpi_small_allreduce_bytes(0);  // every length takes the ring
+  auto value = [&](int r, int64_t i) { return std::sin(0.37 * (r + 1) * (i + 1)) * std::pow(10.0, (i + r) % 7 - 3); };
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    for (int64_t len : {int64_t{1}, int64_t{3}, int64_t{16385}, int64_t{100003}}) {
+      for (bool async : {false, true}) {
+        const std::string what = label("all_reduce AVG (ring)", dt, len, pg) + (async ? " async" : " sync");
+        Tensor avg = make_t(len, dt, [&](int64_t i) { return value(me, i); });
+        Tensor sum = avg.clone();
+        if (async) pg->all_reduce_async(avg, ReduceOp::AVG)->wait();
+        else pg->all_reduce(avg, ReduceOp::AVG);
+        pg->all_reduce(sum, ReduceOp::SUM);
+        Tensor all = zeros({n * len}, TensorOptions().dtype(dt));
+        pg->all_gather_into_tensor(all, avg);
+        for (int r = 1; r < n; ++r)
+          ASSERT_TRUE(all.narrow(0, 0, len).equal(all.narrow(0, r * len, len))) << what << ": rank " << r << " differs";
+        auto a = avg.to(kFloat64).to_vector<double>(), b = sum.to(kFloat64).to_vector<double>();
+        const double tol = dt == kFloat32 ? 1e-6 : 1e-15;
+        for (int64_t i = 0; i < len; ++i) {
+          double w = 0;
+          for (int r = 0; r < n; ++r) w = std::max(w, std::fabs(value(r, i)));
+          if (n == 2) ASSERT_EQ(a[i], b[i] / 2) << what << " element " << i;
+          else ASSERT_LE(std::fabs(a[i] - b[i] / n), tol * w * n) << what << " element " << i;
+        }
+      }
+    }
+  }
+  comm::detail::set_mpi_small_allreduce_bytes(-1);
+}
+
 TEST(MpiCollectives, AllReduceBothPathsEveryRankSameBits) {
   MPI_SETUP(pg);
   int n = pg->size(), me = pg->rank();
