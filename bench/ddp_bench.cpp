@@ -13,6 +13,12 @@
 //                   bucket's all_reduce runs while backward computes layer 1's gradients
 //   DDP per tensor  bucket_cap_mb = first_bucket_mb = 1e-6: one bucket per parameter (informative)
 //   DDP view        the defaults with gradient_as_bucket_view (no copy out of the buckets; informative)
+//   DDP through buckets  the defaults with parallel::detail::set_ddp_in_place_bytes(INT64_MAX): every
+//                   gradient copied into its bucket and back, the schedule before issue 18 (the other
+//                   DDP cases all-reduce the gradients of 256 KiB and more in place on .grad)
+// --no-zero skips the ZeRO tables. --profile adds each phase per rank, and the all-reduces the bound is
+// made of: all gradients' bytes alone (SUM and AVG, hot in cache) and each fresh .grad after a local
+// backward and a barrier (out of cache, no wait for the other rank).
 // Timing: samples of `steps` steps each, cases interleaved in rotating order; a sample starts after a
 // barrier, its time is the slowest rank's (MAX all_reduce) divided by steps; medians are printed by
 // rank 0. overlap gain = (one bucket - buckets) / one bucket.
