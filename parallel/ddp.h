@@ -16,6 +16,8 @@
 // gradient, times 1/size, into its bucket; once a bucket is full its SUM all-reduce starts on the
 // group's queue (buckets start in index order on every rank) and runs while backward goes on. The
 // hook that completes the last bucket waits for all of them and writes the averages back into .grad.
+// Parameters of 256 KiB and more skip the copies: their bucket all-reduces (AVG) each one's .grad in
+// place (the same .grad tensor, as PyTorch's copy_ into it leaves it).
 //
 // no_sync() lets gradients accumulate locally; the first backward after it reduces the sums.
 // broadcast_buffers: rank 0's buffers are broadcast before each forward that follows a forward with
