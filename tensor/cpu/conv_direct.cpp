@@ -154,30 +154,72 @@ void forward_with(const DirectConv& g, const float* x, const float* w, const flo
   }
 }
 
-constexpr int TC = 4, TK = 6;  // weight-gradient tile: output channels x taps
-
-/// One weight-gradient tile over positions [0, Q): g[i] rows of gyq, xs[j] = the padded buffer at tap j's offset.
-/// Sums into r[i][j].
-__attribute__((target("arch=x86-64-v4"))) void gw_tile(const float* const* gr, const float* const* xs, int64_t Q,
-                                                       float (*r)[TK]) {
-  v16f acc[TC][TK];
-  for (int i = 0; i < TC; ++i)
-    for (int j = 0; j < TK; ++j) acc[i][j] = v16f{};
-  for (int64_t q = 0; q < Q; q += 16) {
-    v16f gv[TC], xv[TK];
-    for (int i = 0; i < TC; ++i) std::memcpy(&gv[i], gr[i] + q, sizeof(v16f));
-    for (int j = 0; j < TK; ++j) std::memcpy(&xv[j], xs[j] + q, sizeof(v16f));
-    for (int i = 0; i < TC; ++i)
-      for (int j = 0; j < TK; ++j) acc[i][j] += gv[i] * xv[j];
-  }
-  for (int i = 0; i < TC; ++i)
-    for (int j = 0; j < TK; ++j) {
-      float t[16];
-      std::memcpy(t, &acc[i][j], sizeof(t));
-      float sum = 0.0f;
-      for (int l = 0; l < 16; ++l) sum += t[l];
-      r[i][j] = sum;
+/// One weight-gradient tile: gwt[k][co] for TKK taps x 16*CV output channels (rows of gwt ldw apart), plus the
+/// products over the valid output positions of runs [r0, r1) (run r: image r / oH, output row r % oH): per position
+/// a broadcast of the padded image at each tap and CV vectors of gy in channels-last order (gyt, rows ldg apart).
+template <int TKK, int CV>
+__attribute__((target("arch=x86-64-v4"))) void gw_tile(const DirectConv& g, int64_t P, int64_t Wp, const float* x,
+                                                       const int64_t* off, const float* gyt, int64_t ldg, int64_t r0,
+                                                       int64_t r1, float* gwt, int64_t ldw) {
+  v16f acc[TKK][CV];
+  for (int i = 0; i < TKK; ++i)
+    for (int v = 0; v < CV; ++v) std::memcpy(&acc[i][v], gwt + i * ldw + 16 * v, sizeof(v16f));
+  const float* p[TKK];
+  for (int i = 0; i < TKK; ++i) p[i] = x + off[i];
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t q0 = (r / g.oH) * P + (r % g.oH) * Wp;  // the run's first position on the padded grid
+    const float* gr = gyt + r * g.oW * ldg;
+    for (int64_t t = 0; t < g.oW; ++t) {
+      v16f gv[CV];
+      for (int v = 0; v < CV; ++v) std::memcpy(&gv[v], gr + t * ldg + 16 * v, sizeof(v16f));
+      for (int i = 0; i < TKK; ++i) {
+        const v16f xi = p[i][q0 + t] - v16f{};
+        for (int v = 0; v < CV; ++v) acc[i][v] += xi * gv[v];
+      }
     }
+  }
+  for (int i = 0; i < TKK; ++i)
+    for (int v = 0; v < CV; ++v) std::memcpy(gwt + i * ldw + 16 * v, &acc[i][v], sizeof(v16f));
+}
+
+/// The weight gradient with tiles of TKK taps x 16*CV output channels: gwt (Kpad, Opad) accumulates over chunks,
+/// each thread owning its tiles; within a chunk the runs go in blocks of about kRunPositions positions, every tile
+/// of the thread passing over a block while it is in L1.
+template <int TKK, int CV>
+void grad_weight_with(const DirectConv& g, const float* gy, const float* x, float* gw) {
+  constexpr int64_t CT = 16 * CV, kRunPositions = 128;
+  const Padded s(g, 16);
+  const int64_t K = g.C * g.kh * g.kw, L = g.oH * g.oW, Opad = round_up(g.O, CT), nkt = (K + TKK - 1) / TKK,
+                nct = Opad / CT;
+  std::vector<int64_t> off = tap_offsets(g, s);
+  off.resize(static_cast<size_t>(nkt * TKK), off.back());  // taps past K repeat the last one; their sums are dropped
+  std::vector<float> buf(static_cast<size_t>(g.C * s.CS), 0.0f);
+  std::vector<float> gyt(static_cast<size_t>(s.nb * L * Opad), 0.0f);  // gy channels-last, zero past O
+  std::vector<float> gwt(static_cast<size_t>(nkt * TKK * Opad), 0.0f);
+  const int64_t rb = std::max<int64_t>(1, kRunPositions / std::max<int64_t>(1, g.oW));  // runs per block
+  for (int64_t n0 = 0; n0 < g.N; n0 += s.nb) {
+    const int64_t cnt = std::min(s.nb, g.N - n0), runs = cnt * g.oH;
+    pad_chunk(g, s, x, n0, cnt, buf.data());
+    parallel_for(0, cnt, 1, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j)
+        for (int64_t o = 0; o < g.O; ++o) {
+          const float* src = gy + ((n0 + j) * g.O + o) * L;
+          float* dst = gyt.data() + j * L * Opad + o;
+          for (int64_t l = 0; l < L; ++l) dst[l * Opad] = src[l];
+        }
+    });
+    parallel_for(0, nkt * nct, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, TKK * CT * runs * g.oW / 8)),
+                 [&](int64_t tb, int64_t te) {
+                   for (int64_t r0 = 0; r0 < runs; r0 += rb)
+                     for (int64_t t = tb; t < te; ++t) {
+                       const int64_t kt = t / nct, ct = t % nct;
+                       gw_tile<TKK, CV>(g, s.P, s.Wp, buf.data(), off.data() + kt * TKK, gyt.data() + ct * CT, Opad, r0,
+                                        std::min(runs, r0 + rb), gwt.data() + kt * TKK * Opad + ct * CT, Opad);
+                     }
+                 });
+  }
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t k = 0; k < K; ++k) gw[o * K + k] = gwt[static_cast<size_t>(k * Opad + o)];
 }
 
 #pragma GCC diagnostic pop
@@ -192,45 +234,9 @@ void conv_direct_forward(const DirectConv& g, const float* x, const float* w, co
 }
 
 void conv_direct_grad_weight(const DirectConv& g, const float* gy, const float* x, float* gw) {
-  const Padded s(g, 16);
-  const int64_t K = g.C * g.kh * g.kw, L = g.oH * g.oW;
-  const std::vector<int64_t> off = tap_offsets(g, s);
-  std::vector<float> buf(static_cast<size_t>(g.C * s.CS), 0.0f);
-  std::vector<float> gyq(static_cast<size_t>(g.O * s.QS), 0.0f);  // gy on the padded grid, zero at junk positions
-  const int64_t nct = (g.O + TC - 1) / TC, nkt = (K + TK - 1) / TK;
-  for (int64_t n0 = 0; n0 < g.N; n0 += s.nb) {
-    const int64_t cnt = std::min(s.nb, g.N - n0), Q = round_up(cnt * s.P, 16);
-    pad_chunk(g, s, x, n0, cnt, buf.data());
-    parallel_for(0, g.O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, cnt * L)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        float* row = gyq.data() + o * s.QS;
-        if (cnt < s.nb) std::memset(row + cnt * s.P, 0, static_cast<size_t>(s.QS - cnt * s.P) * sizeof(float));
-        for (int64_t j = 0; j < cnt; ++j) {
-          const float* src = gy + ((n0 + j) * g.O + o) * L;
-          for (int64_t y = 0; y < g.oH; ++y)
-            std::memcpy(row + j * s.P + y * s.Wp, src + y * g.oW, static_cast<size_t>(g.oW) * sizeof(float));
-        }
-      }
-    });
-    const bool first = n0 == 0;
-    parallel_for(0, nct * nkt, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, TC * TK * Q / 8)),
-                 [&](int64_t tb, int64_t te) {
-                   for (int64_t t = tb; t < te; ++t) {
-                     const int64_t o0 = (t / nkt) * TC, k0 = (t % nkt) * TK;
-                     const float* gr[TC];
-                     const float* xs[TK];
-                     for (int i = 0; i < TC; ++i) gr[i] = gyq.data() + std::min(o0 + i, g.O - 1) * s.QS;
-                     for (int j = 0; j < TK; ++j) xs[j] = buf.data() + off[static_cast<size_t>(std::min(k0 + j, K - 1))];
-                     float r[TC][TK];
-                     gw_tile(gr, xs, Q, r);
-                     for (int i = 0; i < TC && o0 + i < g.O; ++i)
-                       for (int j = 0; j < TK && k0 + j < K; ++j) {
-                         float& d = gw[(o0 + i) * K + k0 + j];
-                         d = first ? r[i][j] : d + r[i][j];
-                       }
-                   }
-                 });
-  }
+  if (g.O > 32) return grad_weight_with<6, 4>(g, gy, x, gw);
+  if (g.O > 16) return grad_weight_with<12, 2>(g, gy, x, gw);
+  grad_weight_with<12, 1>(g, gy, x, gw);
 }
 
 #else  // no AVX-512 kernels in this build: conv_direct_available() is false and these are never called
