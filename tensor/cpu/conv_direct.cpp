@@ -1,10 +1,12 @@
 // Direct stride-1 float32 conv2d kernels (conv_direct.h): no im2col matrix and no packing of the image.
 //
-// A chunk of images is copied once into a zero-bordered buffer, channel-major: channel c of image j starts at
-// c*CS + j*P (P = Hp*Wp, Hp = H + 2ph, Wp = W + 2pw). Outputs are computed on that padded grid: position
-// q = j*P + y*Wp + x reads input q + ki*dh*Wp + kj*dw for kernel tap (ki, kj), so 16 consecutive positions read
-// 16 consecutive floats even across rows and images; positions with x >= oW or y >= oH are junk, computed and
-// dropped (or, for the weight gradient, multiplied by a zero output gradient).
+// A chunk of images is copied once into a zero-bordered buffer, channel-major, rows Wq = max(W + pw, oW) apart and
+// images Hq = max(H + ph, oH) rows apart: a row's right padding is the next row's left padding and an image's bottom
+// padding the next image's top padding, so padded coordinate (r, c) of image j (r < H + 2ph, c < W + 2pw) is at
+// c*CS + (j*Hq + r)*Wq + c. Outputs are computed on that grid: position q = (j*Hq + y)*Wq + x reads input
+// q + ki*dh*Wq + kj*dw for kernel tap (ki, kj), so 16 consecutive positions read 16 consecutive floats even across
+// rows and images; positions with x >= oW or y >= oH are junk, computed and dropped (4x4 images with padding 1:
+// 16 of 25 positions valid, against 16 of 36 with separate borders).
 // - forward: out[o][q] = sum_k w[o][k] * xpad[c][q + off(ki, kj)], k = (c, ki, kj): tiles of TM output
 //   channels x 16*QV positions in TM*QV zmm accumulators; per k, QV unaligned loads of the image and TM FMAs with
 //   a broadcast weight each (the BLIS micro-kernel with the B panel read straight from the padded image).
@@ -55,16 +57,27 @@ constexpr int64_t kChunkFloats = int64_t{256} << 10;  // padded images per chunk
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-/// A chunk of nb padded images of C channels: channel c at c*CS, image j at + j*P; QS >= nb*P positions computed,
-/// a multiple of the tile width qt.
+/// n floats of the calling thread's scratch buffer slot (0-3), kept between calls (no fresh pages, no allocation
+/// per call); zeroed when zero is true.
+float* scratch(int slot, int64_t n, bool zero) {
+  thread_local std::vector<float> bufs[4];
+  std::vector<float>& v = bufs[slot];
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  if (zero) std::fill(v.begin(), v.begin() + n, 0.0f);
+  return v.data();
+}
+
+/// A chunk of nb padded images of C channels: channel c at c*CS, image j at + j*P, its rows Wp apart (P = Hq*Wp,
+/// see the top of the file); QS >= nb*P positions computed, a multiple of the tile width qt.
 struct Padded {
-  int64_t Hp, Wp, P, nb, QS, CS, maxoff;
+  int64_t Hq, Wp, P, nb, QS, CS, maxoff;
   Padded(const DirectConv& g, int64_t qt) {
-    Hp = g.H + 2 * g.ph, Wp = g.W + 2 * g.pw, P = Hp * Wp;
+    Hq = std::max(g.H + g.ph, g.oH), Wp = std::max(g.W + g.pw, g.oW), P = Hq * Wp;
     maxoff = (g.kh - 1) * g.dh * Wp + (g.kw - 1) * g.dw;
     nb = std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(1, g.C * P), 1, std::max<int64_t>(1, g.N));
     QS = round_up(nb * P, qt);
-    CS = round_up(QS + maxoff + 16, 16);  // a read at q < QS plus a tap offset <= maxoff stays in its channel
+    // a read at q < QS plus a tap offset <= maxoff stays in its channel, as do the last image's bottom padding rows
+    CS = round_up(std::max(QS + maxoff, (nb * Hq + g.ph) * Wp) + 16, 16);
   }
 };
 
@@ -85,7 +98,7 @@ void pad_chunk(const DirectConv& g, const Padded& s, const float* x, int64_t n0,
                  for (int64_t c = cb; c < ce; ++c)
                    for (int64_t j = 0; j < cnt; ++j) {
                      const float* src = x + ((n0 + j) * g.C + c) * g.H * g.W;
-                     float* dst = buf + c * s.CS + j * s.P + g.ph * s.Wp + g.pw;
+                     float* dst = buf + c * s.CS + (j * s.Hq + g.ph) * s.Wp + g.pw;
                      for (int64_t y = 0; y < g.H; ++y)
                        std::memcpy(dst + y * s.Wp, src + y * g.W, static_cast<size_t>(g.W) * sizeof(float));
                    }
@@ -122,29 +135,29 @@ void forward_with(const DirectConv& g, const float* x, const float* w, const flo
   const Padded s(g, QT);
   const int64_t K = g.C * g.kh * g.kw, nblk = (g.O + TM - 1) / TM, L = g.oH * g.oW;
   const std::vector<int64_t> off = tap_offsets(g, s);
-  std::vector<float> wk(static_cast<size_t>(nblk * K * TM), 0.0f);  // [block][k][TM], zero past the last row
+  float* wk = scratch(0, nblk * K * TM, true);  // [block][k][TM], zero past the last row
   for (int64_t o = 0; o < g.O; ++o)
-    for (int64_t k = 0; k < K; ++k) wk[static_cast<size_t>(((o / TM) * K + k) * TM + o % TM)] = w[o * K + k];
-  std::vector<float> buf(static_cast<size_t>(g.C * s.CS), 0.0f);
-  std::vector<float> obuf(static_cast<size_t>(nblk * TM * s.QS));
+    for (int64_t k = 0; k < K; ++k) wk[((o / TM) * K + k) * TM + o % TM] = w[o * K + k];
+  float* buf = scratch(1, g.C * s.CS, true);
+  float* obuf = scratch(2, nblk * TM * s.QS, false);
   for (int64_t n0 = 0; n0 < g.N; n0 += s.nb) {
     const int64_t cnt = std::min(s.nb, g.N - n0), nq = (cnt * s.P + QT - 1) / QT;
-    pad_chunk(g, s, x, n0, cnt, buf.data());
+    pad_chunk(g, s, x, n0, cnt, buf);
     // tiles position-major: a thread's consecutive tiles share the image data
     const int64_t tiles = nq * nblk;
     parallel_for(0, tiles, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, TM * QT * K / 8)),
                  [&](int64_t tb, int64_t te) {
                    for (int64_t t = tb; t < te; ++t) {
                      const int64_t qt = t / nblk, b = t % nblk;
-                     fwd_tile<TM, QV>(buf.data() + qt * QT, off.data(), K, wk.data() + b * K * TM,
-                                      obuf.data() + b * TM * s.QS + qt * QT, s.QS, std::min<int64_t>(TM, g.O - b * TM));
+                     fwd_tile<TM, QV>(buf + qt * QT, off.data(), K, wk + b * K * TM,
+                                      obuf + b * TM * s.QS + qt * QT, s.QS, std::min<int64_t>(TM, g.O - b * TM));
                    }
                  });
     // the valid positions into out (N, O, oH, oW), plus the bias
     parallel_for(0, cnt * g.O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, L)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t j = r / g.O, o = r % g.O;
-        const float* src = obuf.data() + o * s.QS + j * s.P;
+        const float* src = obuf + o * s.QS + j * s.P;
         float* dst = out + ((n0 + j) * g.O + o) * L;
         const float bv = bias ? bias[o] : 0.0f;
         for (int64_t y = 0; y < g.oH; ++y)
@@ -193,18 +206,18 @@ void grad_weight_with(const DirectConv& g, const float* gy, const float* x, floa
                 nct = Opad / CT;
   std::vector<int64_t> off = tap_offsets(g, s);
   off.resize(static_cast<size_t>(nkt * TKK), off.back());  // taps past K repeat the last one; their sums are dropped
-  std::vector<float> buf(static_cast<size_t>(g.C * s.CS), 0.0f);
-  std::vector<float> gyt(static_cast<size_t>(s.nb * L * Opad), 0.0f);  // gy channels-last, zero past O
-  std::vector<float> gwt(static_cast<size_t>(nkt * TKK * Opad), 0.0f);
+  float* buf = scratch(1, g.C * s.CS, true);
+  float* gyt = scratch(2, s.nb * L * Opad, Opad != g.O);  // gy channels-last, zero past O
+  float* gwt = scratch(3, nkt * TKK * Opad, true);
   const int64_t rb = std::max<int64_t>(1, kRunPositions / std::max<int64_t>(1, g.oW));  // runs per block
   for (int64_t n0 = 0; n0 < g.N; n0 += s.nb) {
     const int64_t cnt = std::min(s.nb, g.N - n0), runs = cnt * g.oH;
-    pad_chunk(g, s, x, n0, cnt, buf.data());
+    pad_chunk(g, s, x, n0, cnt, buf);
     parallel_for(0, cnt, 1, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j)
         for (int64_t o = 0; o < g.O; ++o) {
           const float* src = gy + ((n0 + j) * g.O + o) * L;
-          float* dst = gyt.data() + j * L * Opad + o;
+          float* dst = gyt + j * L * Opad + o;
           for (int64_t l = 0; l < L; ++l) dst[l * Opad] = src[l];
         }
     });
@@ -213,13 +226,13 @@ void grad_weight_with(const DirectConv& g, const float* gy, const float* x, floa
                    for (int64_t r0 = 0; r0 < runs; r0 += rb)
                      for (int64_t t = tb; t < te; ++t) {
                        const int64_t kt = t / nct, ct = t % nct;
-                       gw_tile<TKK, CV>(g, s.P, s.Wp, buf.data(), off.data() + kt * TKK, gyt.data() + ct * CT, Opad, r0,
-                                        std::min(runs, r0 + rb), gwt.data() + kt * TKK * Opad + ct * CT, Opad);
+                       gw_tile<TKK, CV>(g, s.P, s.Wp, buf, off.data() + kt * TKK, gyt + ct * CT, Opad, r0,
+                                        std::min(runs, r0 + rb), gwt + kt * TKK * Opad + ct * CT, Opad);
                      }
                  });
   }
   for (int64_t o = 0; o < g.O; ++o)
-    for (int64_t k = 0; k < K; ++k) gw[o * K + k] = gwt[static_cast<size_t>(k * Opad + o)];
+    for (int64_t k = 0; k < K; ++k) gw[o * K + k] = gwt[k * Opad + o];
 }
 
 #pragma GCC diagnostic pop
