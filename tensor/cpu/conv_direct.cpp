@@ -213,12 +213,18 @@ void grad_weight_with(const DirectConv& g, const float* gy, const float* x, floa
   for (int64_t n0 = 0; n0 < g.N; n0 += s.nb) {
     const int64_t cnt = std::min(s.nb, g.N - n0), runs = cnt * g.oH;
     pad_chunk(g, s, x, n0, cnt, buf);
+    // gy's images to channels-last, 16 positions at a time through a (16, O) block that stays in L1
     parallel_for(0, cnt, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> blk(static_cast<size_t>(16 * g.O));
       for (int64_t j = b; j < e; ++j)
-        for (int64_t o = 0; o < g.O; ++o) {
-          const float* src = gy + ((n0 + j) * g.O + o) * L;
-          float* dst = gyt + j * L * Opad + o;
-          for (int64_t l = 0; l < L; ++l) dst[l * Opad] = src[l];
+        for (int64_t l0 = 0; l0 < L; l0 += 16) {
+          const int64_t len = std::min<int64_t>(16, L - l0);
+          for (int64_t o = 0; o < g.O; ++o) {
+            const float* src = gy + ((n0 + j) * g.O + o) * L + l0;
+            for (int64_t l = 0; l < len; ++l) blk[static_cast<size_t>(l * g.O + o)] = src[l];
+          }
+          for (int64_t l = 0; l < len; ++l)
+            std::memcpy(gyt + (j * L + l0 + l) * Opad, blk.data() + l * g.O, static_cast<size_t>(g.O) * sizeof(float));
         }
     });
     parallel_for(0, nkt * nct, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, TKK * CT * runs * g.oW / 8)),
