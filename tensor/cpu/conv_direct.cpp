@@ -99,8 +99,8 @@ void pad_chunk(const DirectConv& g, const Padded& s, const float* x, int64_t n0,
                    for (int64_t j = 0; j < cnt; ++j) {
                      const float* src = x + ((n0 + j) * g.C + c) * g.H * g.W;
                      float* dst = buf + c * s.CS + (j * s.Hq + g.ph) * s.Wp + g.pw;
-                     for (int64_t y = 0; y < g.H; ++y)
-                       std::memcpy(dst + y * s.Wp, src + y * g.W, static_cast<size_t>(g.W) * sizeof(float));
+                     for (int64_t y = 0; y < g.H; ++y)  // a loop, not memcpy: rows are often a few floats
+                       for (int64_t xx = 0; xx < g.W; ++xx) dst[y * s.Wp + xx] = src[y * g.W + xx];
                    }
                });
 }
@@ -214,18 +214,18 @@ void grad_weight_with(const DirectConv& g, const float* gy, const float* x, floa
     const int64_t cnt = std::min(s.nb, g.N - n0), runs = cnt * g.oH;
     pad_chunk(g, s, x, n0, cnt, buf);
     // gy's images to channels-last, 16 positions at a time through a (16, O) block that stays in L1
-    parallel_for(0, cnt, 1, [&](int64_t b, int64_t e) {
+    const int64_t lblocks = (L + 15) / 16;
+    parallel_for(0, cnt * lblocks, std::max<int64_t>(1, kGrainSize / (16 * g.O)), [&](int64_t b, int64_t e) {
       std::vector<float> blk(static_cast<size_t>(16 * g.O));
-      for (int64_t j = b; j < e; ++j)
-        for (int64_t l0 = 0; l0 < L; l0 += 16) {
-          const int64_t len = std::min<int64_t>(16, L - l0);
-          for (int64_t o = 0; o < g.O; ++o) {
-            const float* src = gy + ((n0 + j) * g.O + o) * L + l0;
-            for (int64_t l = 0; l < len; ++l) blk[static_cast<size_t>(l * g.O + o)] = src[l];
-          }
-          for (int64_t l = 0; l < len; ++l)
-            std::memcpy(gyt + (j * L + l0 + l) * Opad, blk.data() + l * g.O, static_cast<size_t>(g.O) * sizeof(float));
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t j = i / lblocks, l0 = (i % lblocks) * 16, len = std::min<int64_t>(16, L - l0);
+        for (int64_t o = 0; o < g.O; ++o) {
+          const float* src = gy + ((n0 + j) * g.O + o) * L + l0;
+          for (int64_t l = 0; l < len; ++l) blk[static_cast<size_t>(l * g.O + o)] = src[l];
         }
+        for (int64_t l = 0; l < len; ++l)
+          for (int64_t o = 0; o < g.O; ++o) gyt[(j * L + l0 + l) * Opad + o] = blk[static_cast<size_t>(l * g.O + o)];
+      }
     });
     parallel_for(0, nkt * nct, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, TKK * CT * runs * g.oW / 8)),
                  [&](int64_t tb, int64_t te) {
