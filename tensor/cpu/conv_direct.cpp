@@ -99,8 +99,13 @@ void pad_chunk(const DirectConv& g, const Padded& s, const float* x, int64_t n0,
                    for (int64_t j = 0; j < cnt; ++j) {
                      const float* src = x + ((n0 + j) * g.C + c) * g.H * g.W;
                      float* dst = buf + c * s.CS + (j * s.Hq + g.ph) * s.Wp + g.pw;
-                     for (int64_t y = 0; y < g.H; ++y)  // a loop, not memcpy: rows are often a few floats
-                       for (int64_t xx = 0; xx < g.W; ++xx) dst[y * s.Wp + xx] = src[y * g.W + xx];
+                     for (int64_t y = 0; y < g.H; ++y) {
+                       if (g.W >= 16) {
+                         std::memcpy(dst + y * s.Wp, src + y * g.W, static_cast<size_t>(g.W) * sizeof(float));
+                       } else {  // a few floats: a loop beats the call
+                         for (int64_t xx = 0; xx < g.W; ++xx) dst[y * s.Wp + xx] = src[y * g.W + xx];
+                       }
+                     }
                    }
                });
 }
