@@ -1,5 +1,6 @@
-// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU (on troupe's own float32 sgemm
-// the GEMM packs its columns from the images instead), with a 1x1 fast path. The
+// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU (float32 stride-1 convs on an
+// AVX-512 CPU take the direct kernels of cpu/conv_direct.h; elsewhere, on troupe's own float32 sgemm, the GEMM
+// packs its columns from large images), with a 1x1 fast path. The
 // backward functions are themselves differentiable ops, so double backward works. conv_transpose2d is conv2d's
 // input gradient (gemm + col2im); conv1d and conv_transpose1d are the 2-D ops on a height-1 image.
 #include <algorithm>

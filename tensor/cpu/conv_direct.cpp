@@ -2,18 +2,20 @@
 //
 // A chunk of images is copied once into a zero-bordered buffer, channel-major, rows Wq = max(W + pw, oW) apart and
 // images Hq = max(H + ph, oH) rows apart: a row's right padding is the next row's left padding and an image's bottom
-// padding the next image's top padding, so padded coordinate (r, c) of image j (r < H + 2ph, c < W + 2pw) is at
-// c*CS + (j*Hq + r)*Wq + c. Outputs are computed on that grid: position q = (j*Hq + y)*Wq + x reads input
-// q + ki*dh*Wq + kj*dw for kernel tap (ki, kj), so 16 consecutive positions read 16 consecutive floats even across
-// rows and images; positions with x >= oW or y >= oH are junk, computed and dropped (4x4 images with padding 1:
-// 16 of 25 positions valid, against 16 of 36 with separate borders).
+// padding the next image's top padding, so padded coordinate (r, s) of channel c of image j (r < H + 2ph,
+// s < W + 2pw) is at c*CS + (j*Hq + r)*Wq + s. Outputs are computed on that grid: position q = (j*Hq + y)*Wq + x
+// reads input q + ki*dh*Wq + kj*dw for kernel tap (ki, kj), so 16 consecutive positions read 16 consecutive floats
+// even across rows and images; positions with x >= oW or y >= oH are junk, computed and dropped (4x4 images with
+// padding 1: 16 of 25 positions valid, against 16 of 36 with separate borders).
 // - forward: out[o][q] = sum_k w[o][k] * xpad[c][q + off(ki, kj)], k = (c, ki, kj): tiles of TM output
 //   channels x 16*QV positions in TM*QV zmm accumulators; per k, QV unaligned loads of the image and TM FMAs with
 //   a broadcast weight each (the BLIS micro-kernel with the B panel read straight from the padded image).
 //   The input gradient of a stride-1 conv is this kernel on gy with the flipped, transposed weight (conv.cpp).
-// - weight gradient: gw[o][k] = sum_q gyq[o][q] * xpad[c][q + off(k)], gyq = gy on the padded grid (zeros at junk
-//   positions): tiles of 4 output channels x 6 taps in 24 accumulators over 16 positions at a time, summed
-//   across lanes at the end of each chunk.
+// - weight gradient: gw[o][k] = sum over valid positions q of gy[o][q] * xpad[c][q + off(k)], output channels in
+//   the lanes: gy goes to channels-last, and tiles of TKK taps x 16*CV channels add a broadcast of the padded
+//   image times gy's channel vectors, position by position along the valid output rows only (no junk, no lane
+//   sums); the runs go in blocks of about 128 positions that each of a thread's tiles passes while the block is
+//   in L1, the accumulators kept in a (taps, channels) buffer between blocks.
 // Threads split the tiles (parallel_for); chunks keep the padded images near 1 MB so they stay in L2.
 #include "conv_direct.h"
 
