@@ -59,14 +59,24 @@ constexpr int64_t kChunkFloats = int64_t{256} << 10;  // padded images per chunk
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-/// n floats of the calling thread's scratch buffer slot (0-3), kept between calls (no fresh pages, no allocation
-/// per call); zeroed when zero is true.
-float* scratch(int slot, int64_t n, bool zero) {
+/// The calling thread's scratch buffers, kept between calls (no fresh pages, no allocation per call).
+std::vector<float>* scratch_slots() {
   thread_local std::vector<float> bufs[4];
-  std::vector<float>& v = bufs[slot];
+  return bufs;
+}
+
+/// n floats of scratch buffer slot (0-3); zeroed when zero is true.
+float* scratch(int slot, int64_t n, bool zero) {
+  std::vector<float>& v = scratch_slots()[slot];
   if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
   if (zero) std::fill(v.begin(), v.begin() + n, 0.0f);
   return v.data();
+}
+
+/// Frees scratch buffers past 16 MB at the end of a call: one large conv does not pin its buffers for good.
+void trim_scratch() {
+  for (int i = 0; i < 4; ++i)
+    if (scratch_slots()[i].size() > (size_t{4} << 20)) std::vector<float>().swap(scratch_slots()[i]);
 }
 
 /// A chunk of nb padded images of C channels: channel c at c*CS, image j at + j*P, its rows Wp apart (P = Hq*Wp,
@@ -172,6 +182,7 @@ void forward_with(const DirectConv& g, const float* x, const float* w, const flo
       }
     });
   }
+  trim_scratch();
 }
 
 /// One weight-gradient tile: gwt[k][co] for TKK taps x 16*CV output channels (rows of gwt ldw apart), plus the
@@ -246,6 +257,7 @@ void grad_weight_with(const DirectConv& g, const float* gy, const float* x, floa
   }
   for (int64_t o = 0; o < g.O; ++o)
     for (int64_t k = 0; k < K; ++k) gw[o * K + k] = gwt[k * Opad + o];
+  trim_scratch();
 }
 
 #pragma GCC diagnostic pop
