@@ -1,5 +1,6 @@
-// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU (on troupe's own float32 sgemm
-// the GEMM packs its columns from the images instead), with a 1x1 fast path. The
+// conv2d and its backward: im2col + gemm, one gemm per chunk of images on the CPU (float32 stride-1 convs on an
+// AVX-512 CPU take the direct kernels of cpu/conv_direct.h; elsewhere, on troupe's own float32 sgemm, the GEMM
+// packs its columns from large images), with a 1x1 fast path. The
 // backward functions are themselves differentiable ops, so double backward works. conv_transpose2d is conv2d's
 // input gradient (gemm + col2im); conv1d and conv_transpose1d are the 2-D ops on a height-1 image.
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "autograd.h"
 #include "backend.h"
+#include "cpu/conv_direct.h"
 #include "cpu/conv_gemm.h"
 #include "cpu/sgemm.h"
 #include "op_helpers.h"
@@ -292,12 +294,49 @@ bool conv_grad_input_implicit(const Tensor& gy, const Tensor& w, const ConvGeom&
   return true;
 }
 
+// ---- CPU float32, stride 1, one group, AVX-512: direct kernels on padded images (cpu/conv_direct.h)
+// No column matrix and no panel packing: the forward and the input gradient (a stride-1 conv of gy with the
+// flipped, transposed weight under padding d*(k-1) - p) run one register-tiled kernel that reads the padded image
+// in place; the weight gradient sums products of gy and the padded image over positions. The unpadded 1x1 conv
+// (a plain GEMM of the image) keeps the GEMM path.
+
+bool direct_conv(const ConvGeom& g, const ConvParams& p, const Tensor& t) {
+  return !g.direct && g.G == 1 && p.sh == 1 && p.sw == 1 && t.is_cpu() && t.dtype() == kFloat32 &&
+         cpu::conv_direct_available();
+}
+
+cpu::DirectConv direct_geom(const ConvGeom& g, const ConvParams& p) {
+  return {g.N, g.C, g.H, g.W, g.O, g.kh, g.kw, p.ph, p.pw, p.dh, p.dw, g.oH, g.oW};
+}
+
+// gx = conv(gy, w') with w'[c, o, a, b] = w[o, c, kh-1-a, kw-1-b] under padding d*(k-1) - p; false (nothing done)
+// where that padding would be negative (padding larger than the kernel's reach).
+bool conv_grad_input_direct(const Tensor& gy, const Tensor& w, const ConvGeom& g, const ConvParams& p,
+                            const Tensor& gx) {
+  const int64_t ph = p.dh * (g.kh - 1) - p.ph, pw = p.dw * (g.kw - 1) - p.pw;
+  if (ph < 0 || pw < 0) return false;
+  const int64_t kk = g.kh * g.kw;
+  std::vector<float> wt(static_cast<size_t>(g.C * g.O * kk));
+  const float* ws = w.data_ptr<float>();
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t t = 0; t < kk; ++t) wt[static_cast<size_t>((c * g.O + o) * kk + t)] = ws[(o * g.C + c) * kk + kk - 1 - t];
+  const cpu::DirectConv d{g.N, g.O, g.oH, g.oW, g.C, g.kh, g.kw, ph, pw, p.dh, p.dw, g.H, g.W};
+  cpu::conv_direct_forward(d, gy.data_ptr<float>(), wt.data(), nullptr, gx.data_ptr<float>());
+  return true;
+}
+
 // out = conv(x, w) + bias, x (N, C, H, W). No autograd.
 Tensor conv_forward_raw(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const ConvParams& p) {
   Tensor x = contiguous_raw(x_in), w = contiguous_raw(w_in);
   ConvGeom g = conv_geom(x.sizes(), w.sizes(), p);
   Tensor out = empty({g.N, g.O, g.oH, g.oW}, x.options());
   if (out.numel() == 0) return out;
+  if (direct_conv(g, p, x)) {
+    cpu::conv_direct_forward(direct_geom(g, p), x.data_ptr<float>(), w.data_ptr<float>(),
+                             bias.defined() ? contiguous_raw(bias).data_ptr<float>() : nullptr, out.data_ptr<float>());
+    return out;
+  }
   if (implicit_gemm(g, x)) return conv_forward_implicit(x, w, bias, g, p, out);
   if (chunked_gemm(g, x)) return conv_forward_chunked(x, w, bias, g, p, out);
   Backend& be = backend(x);
@@ -331,6 +370,7 @@ Tensor conv_grad_input_raw(const Tensor& gy_in, const Tensor& w_in, IntArrayRef 
     be.fill(gx, Scalar(0));
     return gx;
   }
+  if (direct_conv(g, p, gy) && conv_grad_input_direct(gy, w, g, p, gx)) return gx;
   if (implicit_gemm(g, gy) && conv_grad_input_implicit(gy, w, g, p, gx)) return gx;
   if (chunked_gemm(g, gy)) return conv_grad_input_chunked(gy, w, g, p, gx);
   const int64_t nb = chunk_images(g, gy.element_size());
@@ -364,6 +404,10 @@ Tensor conv_grad_weight_raw(const Tensor& gy_in, const Tensor& x_in, IntArrayRef
   Backend& be = backend(gy);
   if (g.N == 0 || g.L == 0) {
     be.fill(gw, Scalar(0));
+    return gw;
+  }
+  if (direct_conv(g, p, x)) {
+    cpu::conv_direct_grad_weight(direct_geom(g, p), gy.data_ptr<float>(), x.data_ptr<float>(), gw.data_ptr<float>());
     return gw;
   }
   if (implicit_gemm(g, x)) return conv_grad_weight_implicit(gy, x, g, p, gw);
