@@ -395,6 +395,14 @@ Tensor chain_steps_backward(const FusedChain& c, const std::vector<bool>& needed
   return gbuf;
 }
 
+// sum_to(gz, {n}) for a contiguous (rows, n) gz: the same backend reduction over (1, rows, n) that sum_to's
+// run_reduction issues (so the same bits), without its shape analysis and temporary vectors.
+Tensor column_sums(const Tensor& gz) {
+  Tensor out = empty({gz.size(1)}, gz.options());
+  backend(gz).reduce(ReduceKind::Sum, out, Tensor(), gz, 1, gz.size(0), gz.size(1));
+  return out;
+}
+
 [[noreturn]] void refuse_double_backward(const std::string& ops) {
   throw std::runtime_error("[jit] the backward of a compiled module's fused chain (" + ops +
                            ") cannot be differentiated again (create_graph=True); run the module without "
@@ -584,7 +592,7 @@ IValue run_linear_stack(const LinearStack& s, const std::vector<IValue>& args) {
           }
           // as AddmmBackward and TBackward: the same gemms on the same operands, so the same bits
           if (need_w[l]) r[wi[l]] = troupe::mm(gz.t(), l == 0 ? sx.unpack() : hs[l]);
-          if (need_b[l]) r[bi[l]] = troupe::sum_to(gz, {gz.size(-1)});
+          if (need_b[l]) r[bi[l]] = column_sums(gz);
           if (!need_in[l]) break;
           gz = troupe::mm(gz, sw[l].unpack());
           if (l == 0) r[0] = gz;
