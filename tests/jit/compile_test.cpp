@@ -691,6 +691,28 @@ TEST(Compile, CompiledModuleReportsAnAttributeGoneAfterCompile) {
   }
 }
 
+// A loss whose gradient reaches the stack as an expanded (stride-0) tensor, as mean() and sum() give it: the
+// bias gradient of the top layer must still be eager's bits (eager's sum_to sums one copy and scales it).
+TEST(Compile, LinearStackExpandedOutputGradientSameBits) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({16, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  for (int loss_kind = 0; loss_kind < 2; ++loss_kind) {
+    net->zero_grad();
+    c->zero_grad();
+    for (nn::Module* m : {static_cast<nn::Module*>(net.get()), static_cast<nn::Module*>(c.get())}) {
+      Tensor out = m->call({nn::Value(x)}).tensor();
+      (loss_kind == 0 ? out.mean() : out.sum().mul(0.3)).backward();
+    }
+    auto pe = net->named_parameters();
+    auto pc = c->named_parameters();
+    for (const auto& [k, p] : pe)
+      EXPECT_TRUE(equal(p.grad(), pc[k].grad())) << (loss_kind == 0 ? "mean: " : "sum * 0.3: ") << "grad of " << k
+                                                 << " differs by " << max_diff(p.grad(), pc[k].grad());
+  }
+}
+
 TEST(Compile, CompiledGraphBeforeCompileThrows) {
   default_generator().manual_seed(9);
   auto net = std::make_shared<troupe::testing::MLP>();
