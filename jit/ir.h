@@ -2,6 +2,7 @@
 // graphs, printed in TorchScript's form (`graph(%self.1 : __torch__.Net, %x : Float(...)):` ...).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,6 +60,10 @@ struct Node {
   std::string attr;   // GetAttr / CallMethod: the attribute or method name
   IValue constant;    // prim::Constant: its value (None when the constant is None)
   mutable OpFn op = nullptr;  // aten ops: the function, found on first run
+  /// prim::GetAttr in a compiled graph: where the attribute was last found (the interpreter's hint: which of
+  /// the owner's parameters / buffers / children in bits 30-31, its index in insertion order below; 0 when
+  /// unknown). Checked against the name on every use, so a re-registered attribute is found again by name.
+  mutable std::atomic<uint32_t> attr_hint{0};
   std::shared_ptr<const FusedChain> fused;  // prim::FusedChain (compile()): the chain it runs
   std::shared_ptr<const LinearStack> stack;  // prim::FusedLinearStack (compile()): the layers it runs
 };

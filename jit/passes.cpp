@@ -2,6 +2,7 @@
 #include <troupe/jit/passes.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -312,33 +313,73 @@ bool chain_takes(const FusedChain& c, const Tensor& x, const Tensor& w, const Te
   return fast;
 }
 
+// v[k], or an undefined tensor past v's end (chain_forward leaves `saved` and `scalars` empty when it keeps
+// nothing, so a chain of relus allocates no vectors).
+const Tensor kNone;
+const Tensor& at(const std::vector<Tensor>& v, size_t k) { return k < v.size() ? v[k] : kNone; }
+
+// A (cols, rows) transposed view of a 2-D matrix for a gemm operand, without autograd or view bookkeeping (as
+// tensor/linalg.cpp's raw_view; the backend's gemm takes any strides).
+Tensor raw_t(const Tensor& m) {
+  return Tensor(std::make_shared<TensorImpl>(m.impl()->storage, std::vector<int64_t>{m.size(1), m.size(0)},
+                                             std::vector<int64_t>{m.stride(1), m.stride(0)}, m.storage_offset(),
+                                             m.dtype()));
+}
+
+// a @ b into a new (a.rows, b.cols) tensor: mm's own gemm call (mm_forward) without its checks and autograd
+// record, so the same bits.
+Tensor gemm_new(Backend& be, const Tensor& a, const Tensor& b) {
+  Tensor out = empty({a.size(0), b.size(1)}, a.options());
+  be.gemm(out, a, b, 1.0, 0.0);
+  return out;
+}
+
+// x @ w^T + b for operands weight_takes() accepts, computed as addmm(b, x, w.t()) (or mm(x, w.t())) computes
+// it: the bias copied into each row, then the backend's gemm with beta 1. The same calls, so the same bits,
+// without addmm's checks, autograd test and transposed view.
+Tensor linear_gemm(Backend& be, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t rows = x.size(0), m = w.size(0);
+  Tensor out = empty({rows, m}, x.options());
+  if (b.defined() && out.numel() > 0) {
+    const size_t row_bytes = static_cast<size_t>(m) * b.element_size();
+    const char* src = static_cast<const char*>(b.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src, row_bytes);
+  }
+  be.gemm(out, x, raw_t(w), 1.0, b.defined() ? 1.0 : 0.0);
+  return out;
+}
+
 // The chain's forward on operands chain_takes() accepts, without recording anything: the gemm (linear head)
 // and every step, block by block, in one buffer. With `grad`, `saved[k]` gets a copy of each needed
-// intermediate v_k the steps overwrite (k < n); `scalars[k]` the scalar operand of each arithmetic step.
+// intermediate v_k the steps overwrite (k < n); `scalars[k]` the scalar operand of each arithmetic step
+// (either vector stays empty when it would hold nothing; read them through at()).
 Tensor chain_forward(const FusedChain& c, const std::vector<bool>& needed, const Tensor& x, const Tensor& w,
                      const Tensor& b, bool grad, std::vector<Tensor>& saved, std::vector<Tensor>& scalars) {
   NoGradGuard no_grad;
   const size_t n = c.steps.size();
   Backend& be = backend(x);
-  saved.assign(n + 1, Tensor());
-  scalars.assign(n, Tensor());
+  saved.clear();
+  scalars.clear();
   for (size_t k = 0; k < n; ++k)
-    if (c.steps[k].kind >= Step::AddScalar) scalars[k] = troupe::scalar_tensor(Scalar(c.steps[k].p), x.options());
-  Tensor out;
-  if (c.linear_head) {
-    out = b.defined() ? troupe::addmm(b, x, w.t()) : troupe::mm(x, w.t());  // the gemm writes the buffer the chain reuses
-  } else {
-    out = empty(x.sizes(), x.options());
-  }
+    if (c.steps[k].kind >= Step::AddScalar) {
+      if (scalars.empty()) scalars.resize(n);
+      scalars[k] = troupe::scalar_tensor(Scalar(c.steps[k].p), x.options());
+    }
+  // the gemm writes the buffer the chain reuses
+  Tensor out = c.linear_head ? linear_gemm(be, x, w, b) : empty(x.sizes(), x.options());
   const int64_t numel = out.numel();
   if (grad)
     for (size_t k = 0; k < n; ++k)
-      if (needed[k] && (k > 0 || c.linear_head)) saved[k] = empty(out.sizes(), x.options());
+      if (needed[k] && (k > 0 || c.linear_head)) {
+        if (saved.empty()) saved.resize(n + 1);
+        saved[k] = empty(out.sizes(), x.options());
+      }
   if (numel <= kBlock) {  // the common case: no flat views at all
     Tensor src = c.linear_head ? out : x;
     for (size_t k = 0; k < n; ++k) {
-      if (saved[k].defined()) be.copy(saved[k], src);
-      forward_step(be, c.steps[k], out, src, scalars[k]);
+      if (at(saved, k).defined()) be.copy(saved[k], src);
+      forward_step(be, c.steps[k], out, src, at(scalars, k));
       src = out;
     }
     return out;
@@ -347,14 +388,14 @@ Tensor chain_forward(const FusedChain& c, const std::vector<bool>& needed, const
   const Tensor flat_in = c.linear_head ? flat_out : x.view({numel});
   std::vector<Tensor> flat_saved(n + 1);
   for (size_t k = 0; k < n; ++k)
-    if (saved[k].defined()) flat_saved[k] = saved[k].view({numel});
+    if (at(saved, k).defined()) flat_saved[k] = saved[k].view({numel});
   for (int64_t s0 = 0; s0 < numel; s0 += kBlock) {  // one loop over the data: each block through every op
     const int64_t len = std::min(kBlock, numel - s0);
     const Tensor ob = flat_out.narrow(0, s0, len);
     Tensor src = flat_in.narrow(0, s0, len);
     for (size_t k = 0; k < n; ++k) {
       if (flat_saved[k].defined()) be.copy(flat_saved[k].narrow(0, s0, len), src);
-      forward_step(be, c.steps[k], ob, src, scalars[k]);
+      forward_step(be, c.steps[k], ob, src, at(scalars, k));
       src = ob;
     }
   }
@@ -373,7 +414,7 @@ Tensor chain_steps_backward(const FusedChain& c, const std::vector<bool>& needed
   if (numel <= kBlock) {
     Tensor gsrc = gz;
     for (size_t k = n; k-- > 0;) {
-      backward_step(be, c.steps[k], gbuf, gsrc, vals[k], vals[k + 1], scalars[k]);
+      backward_step(be, c.steps[k], gbuf, gsrc, vals[k], vals[k + 1], at(scalars, k));
       gsrc = gbuf;
     }
     return gbuf;
@@ -388,11 +429,19 @@ Tensor chain_steps_backward(const FusedChain& c, const std::vector<bool>& needed
     for (size_t k = n; k-- > 0;) {
       const Tensor vin = needed[k] ? vals[k].narrow(0, s0, len) : Tensor();
       const Tensor vout = needed[k + 1] ? vals[k + 1].narrow(0, s0, len) : Tensor();
-      backward_step(be, c.steps[k], gb, gsrc, vin, vout, scalars[k]);
+      backward_step(be, c.steps[k], gb, gsrc, vin, vout, at(scalars, k));
       gsrc = gb;
     }
   }
   return gbuf;
+}
+
+// sum_to(gz, {n}) for a contiguous (rows, n) gz: the same backend reduction over (1, rows, n) that sum_to's
+// run_reduction issues (so the same bits), without its shape analysis and temporary vectors.
+Tensor column_sums(const Tensor& gz) {
+  Tensor out = empty({gz.size(1)}, gz.options());
+  backend(gz).reduce(ReduceKind::Sum, out, Tensor(), gz, 1, gz.size(0), gz.size(1));
+  return out;
 }
 
 [[noreturn]] void refuse_double_backward(const std::string& ops) {
@@ -441,7 +490,7 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
           for (size_t k = 0; k <= n; ++k) {
             if (!needed[k]) continue;
             if (k == n) vals[k] = sout.unpack();
-            else if (saved[k].defined()) vals[k] = saved[k];
+            else if (at(saved, k).defined()) vals[k] = saved[k];
             else vals[k] = sx.unpack();  // v_0 is the input itself (elementwise head)
           }
           gz = chain_steps_backward(*chain, needed, gz, std::move(vals), scalars);
@@ -450,7 +499,7 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
         Tensor gx, gw, gbias;
         if (need_x) gx = troupe::mm(gz, sw.unpack());
         if (need_w) gw = troupe::mm(gz.t(), sx.unpack());
-        if (need_b) gbias = troupe::sum_to(gz, {gz.size(-1)});
+        if (need_b) gbias = column_sums(gz);
         autograd::variable_list r{gx, gw};
         if (has_b) r.push_back(gbias);
         return r;
@@ -503,90 +552,115 @@ IValue run_linear_stack(const LinearStack& s, const std::vector<IValue>& args) {
   if (args.size() != 1 + 2 * L)
     throw std::invalid_argument("[jit] prim::FusedLinearStack of " + std::to_string(L) + " layers takes " +
                                 std::to_string(1 + 2 * L) + " arguments, got " + std::to_string(args.size()));
-  const Tensor x = args[0].toTensor();
-  std::vector<Tensor> w(L), b(L);
-  bool fast = x.defined() && x.dim() == 2 && chain_takes(*s.layers[0], x, args[1].toTensor(),
-                                                         args[2].isNone() ? Tensor() : args[2].toTensor());
+  // autograd inputs: x, then each layer's weight and (when there is one) bias
+  autograd::variable_list inputs;
+  inputs.reserve(1 + 2 * L);
+  inputs.push_back(args[0].toTensor());
+  const Tensor& x = inputs[0];
+  bool fast = x.defined() && x.dim() == 2 && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && x.is_cpu() &&
+              x.is_contiguous() && x.numel() > 0;
+  // per layer: where its weight and bias sit in `inputs` (bias: SIZE_MAX for none)
+  struct Layer {
+    size_t wi = 0, bi = SIZE_MAX;
+    std::vector<bool> scratch;  // needed values of a chain built without them (needed_values)
+    const std::vector<bool>* needed = nullptr;
+  };
+  std::vector<Layer> ly(L);
   for (size_t l = 0; l < L && fast; ++l) {
-    w[l] = args[1 + 2 * l].toTensor();
-    if (!args[2 + 2 * l].isNone()) b[l] = args[2 + 2 * l].toTensor();
-    fast = weight_takes(x.dtype(), l == 0 ? x.size(1) : w[l - 1].size(0), w[l], b[l]);
+    ly[l].wi = inputs.size();
+    inputs.push_back(args[1 + 2 * l].toTensor());
+    Tensor b;
+    if (!args[2 + 2 * l].isNone()) {
+      ly[l].bi = inputs.size();
+      inputs.push_back(args[2 + 2 * l].toTensor());
+      b = inputs.back();
+    }
+    fast = weight_takes(x.dtype(), l == 0 ? x.size(1) : inputs[ly[l - 1].wi].size(0), inputs[ly[l].wi], b);
   }
   if (!fast) {  // layer by layer (each chain takes what it can, and the eager ops report bad operands)
     IValue v = args[0];
     for (size_t l = 0; l < L; ++l) v = run_fused_chain(*s.layers[l], {v, args[1 + 2 * l], args[2 + 2 * l]});
     return v;
   }
+  auto weight = [&](size_t l) -> const Tensor& { return inputs[ly[l].wi]; };
+  auto bias = [&](size_t l) -> const Tensor& { return ly[l].bi == SIZE_MAX ? kNone : inputs[ly[l].bi]; };
 
-  // autograd inputs: x, then each layer's weight and (when there is one) bias; index of each in `inputs`
-  autograd::variable_list inputs{x};
-  std::vector<size_t> wi(L), bi(L, SIZE_MAX);
-  for (size_t l = 0; l < L; ++l) {
-    wi[l] = inputs.size();
-    inputs.push_back(w[l]);
-    if (b[l].defined()) {
-      bi[l] = inputs.size();
-      inputs.push_back(b[l]);
-    }
-  }
   const bool grad = autograd::any_requires_grad(inputs);
-  // h[l]: layer l's input (h[0] = x, h[L] the output); saved[l], scalars[l]: what chain_forward keeps
-  std::vector<Tensor> h(L + 1);
-  std::vector<std::vector<Tensor>> saved(L), scalars(L);
-  std::vector<std::vector<bool>> needed(L);
-  h[0] = x;
+  // what the backward keeps per layer: chain_forward's copies and scalars, the layer's input (h), its weight
+  // (checked for in-place changes as eager's saves are) and which gradients it makes
+  struct Keep {
+    std::vector<Tensor> saved, scalars;
+    Tensor h;
+    autograd::SavedVariable w;
+    bool need_w = false, need_b = false, need_in = false;
+    size_t wi = 0, bi = SIZE_MAX;
+  };
+  std::vector<Keep> keep(L);
+  Tensor h = x;
   for (size_t l = 0; l < L; ++l) {
-    needed[l] = needed_values(*s.layers[l]);
-    h[l + 1] = chain_forward(*s.layers[l], needed[l], h[l], w[l], b[l], grad, saved[l], scalars[l]);
+    const FusedChain& c = *s.layers[l];
+    if (c.needed.size() == c.steps.size() + 1) {
+      ly[l].needed = &c.needed;
+    } else {
+      ly[l].scratch = needed_values(c);
+      ly[l].needed = &ly[l].scratch;
+    }
+    Tensor next = chain_forward(c, *ly[l].needed, h, weight(l), bias(l), grad, keep[l].saved, keep[l].scalars);
+    if (grad) keep[l].h = std::move(h);
+    h = std::move(next);
   }
-  if (!grad) return h[L];
-  const Tensor out = h[L];
+  if (!grad) return h;
+  const Tensor out = h;
 
   // which gradients the backward makes: a weight's or bias's own, and the gradient of each layer's input
   // only while something below it (an earlier layer's parameter, or x) needs it
-  std::vector<bool> need_w(L), need_b(L), need_in(L);
   bool below = x.requires_grad();
   for (size_t l = 0; l < L; ++l) {
-    need_w[l] = w[l].requires_grad();
-    need_b[l] = b[l].defined() && b[l].requires_grad();
-    need_in[l] = below;
-    below = below || need_w[l] || need_b[l];
+    Keep& k = keep[l];
+    k.wi = ly[l].wi;
+    k.bi = ly[l].bi;
+    k.need_w = weight(l).requires_grad();
+    k.need_b = k.bi != SIZE_MAX && inputs[k.bi].requires_grad();
+    k.need_in = below;
+    below = below || k.need_w || k.need_b;
+    if (k.need_in) k.w = autograd::SavedVariable(weight(l), false);
+    // layer l's input: x (l = 0) is saved apart, as a SavedVariable; h[1..L-1] are the stack's own (nobody
+    // else can change them), kept only where a weight gradient or a step derivative reads them
+    if (l == 0 || !(k.need_w || ly[l - 1].needed->back())) k.h = Tensor();
   }
-  std::vector<autograd::SavedVariable> sw;  // weights, checked for in-place changes as eager's saves are
-  for (size_t l = 0; l < L; ++l) sw.emplace_back(need_in[l] ? w[l] : Tensor(), false);
-  // intermediates h[1..L-1] are the stack's own (nobody else can change them): kept as they are, and only
-  // where a weight gradient or a step derivative reads them
-  std::vector<Tensor> hs(L);
-  for (size_t l = 1; l < L; ++l)
-    if (need_w[l] || needed[l - 1].back()) hs[l] = h[l];
-  const bool need_out = needed[L - 1].back();
+  const bool need_out = ly[L - 1].needed->back(), need_x = keep[0].need_w;
   std::shared_ptr<const LinearStack> stack = s.weak_from_this().lock();
   if (!stack) stack = std::make_shared<LinearStack>(s);
   autograd::record(
       "FusedLinearStackBackward", inputs, out,
-      [stack = std::move(stack), saved = std::move(saved), scalars = std::move(scalars), needed = std::move(needed),
-       hs = std::move(hs), sw = std::move(sw), sx = autograd::SavedVariable(need_w[0] ? x : Tensor(), false),
-       sout = autograd::SavedVariable(need_out ? out : Tensor(), true), need_w, need_b, need_in, wi, bi,
+      [stack = std::move(stack), keep = std::move(keep),
+       sx = autograd::SavedVariable(need_x ? x : Tensor(), false),
+       sout = autograd::SavedVariable(need_out ? out : Tensor(), true),
        n_inputs = inputs.size()](const autograd::variable_list& g) {
         if (autograd::GradMode::is_enabled()) refuse_double_backward(stack->ops);
         const size_t L = stack->layers.size();
         autograd::variable_list r(n_inputs);
         Tensor gz = g[0].contiguous();
+        Backend& be = backend(gz);
+        std::vector<bool> scratch;
         for (size_t l = L; l-- > 0;) {
           const FusedChain& c = *stack->layers[l];
+          const Keep& k = keep[l];
           const size_t n = c.steps.size();
           if (n > 0) {
+            if (c.needed.size() != n + 1) scratch = needed_values(c);
+            const std::vector<bool>& needed = c.needed.size() == n + 1 ? c.needed : scratch;
             std::vector<Tensor> vals(n + 1);
-            for (size_t k = 0; k < n; ++k)
-              if (needed[l][k]) vals[k] = saved[l][k];
-            if (needed[l][n]) vals[n] = l + 1 == L ? sout.unpack() : hs[l + 1];
-            gz = chain_steps_backward(c, needed[l], gz, std::move(vals), scalars[l]);
+            for (size_t j = 0; j < n; ++j)
+              if (needed[j]) vals[j] = at(k.saved, j);
+            if (needed[n]) vals[n] = l + 1 == L ? sout.unpack() : keep[l + 1].h;
+            gz = chain_steps_backward(c, needed, gz, std::move(vals), k.scalars);
           }
-          // as AddmmBackward and TBackward: the same gemms on the same operands, so the same bits
-          if (need_w[l]) r[wi[l]] = troupe::mm(gz.t(), l == 0 ? sx.unpack() : hs[l]);
-          if (need_b[l]) r[bi[l]] = troupe::sum_to(gz, {gz.size(-1)});
-          if (!need_in[l]) break;
-          gz = troupe::mm(gz, sw[l].unpack());
+          // as AddmmBackward and TBackward: the same gemms (mm's) on the same operands, so the same bits
+          if (k.need_w) r[k.wi] = gemm_new(be, raw_t(gz), l == 0 ? sx.unpack() : k.h);
+          if (k.need_b) r[k.bi] = column_sums(gz);
+          if (!k.need_in) break;
+          gz = gemm_new(be, gz, k.w.unpack());
           if (l == 0) r[0] = gz;
         }
         return r;

@@ -78,6 +78,43 @@ std::vector<IValue> ScriptModule::run_compiled(const Graph& graph, const std::ve
 
 namespace {
 
+// An attribute of `owner` through a GetAttr node's hint (compiled graphs): the item at the hinted index of the
+// hinted dict when its key still is the name (names are unique across parameters, buffers and children, so
+// that item is the attribute), else a search by name that renews the hint. The value is read from the module
+// on every call, never kept: parameters replaced, re-registered, loaded or converted by to() are seen.
+enum : uint32_t { kHintParam = 1, kHintBuffer = 2, kHintChild = 3 };
+
+template <class V>
+const V* hinted(const OrderedDict<std::string, V>& d, uint32_t where, const Node& n) {
+  const uint32_t h = n.attr_hint.load(std::memory_order_relaxed);
+  const auto& items = d.items();
+  if (h >> 30 == where) {
+    const size_t i = h & 0x3fffffffu;
+    if (i < items.size() && items[i].key() == n.attr) return &items[i].second;
+  }
+  for (size_t i = 0; i < items.size() && i < 0x3fffffffu; ++i)
+    if (items[i].key() == n.attr) {
+      n.attr_hint.store(where << 30 | static_cast<uint32_t>(i), std::memory_order_relaxed);
+      return &items[i].second;
+    }
+  return nullptr;
+}
+
+ScriptModule* hinted_child(const ScriptModule& owner, const Node& n) {
+  const nn::ModulePtr* c = hinted(owner.children_dict(), kHintChild, n);
+  return c && *c ? static_cast<ScriptModule*>(c->get()) : nullptr;
+}
+
+Tensor hinted_tensor(const ScriptModule& owner, const Node& n) {
+  const uint32_t where = n.attr_hint.load(std::memory_order_relaxed) >> 30;
+  // try the hinted dict first (the usual hit), then both in tensor_attr's order
+  if (where == kHintBuffer)
+    if (const Tensor* b = hinted(owner.buffers_dict(), kHintBuffer, n)) return *b;
+  if (const Tensor* p = hinted(owner.parameters_dict(), kHintParam, n)) return *p;
+  if (const Tensor* b = hinted(owner.buffers_dict(), kHintBuffer, n)) return *b;
+  return owner.tensor_attr(n.attr);  // throws naming the module and the attribute
+}
+
 std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const std::vector<IValue>& inputs,
                                    const std::vector<std::vector<size_t>>* frees) {
   struct Slot {
@@ -89,23 +126,27 @@ std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const
   // allocating them per call went through malloc's slow path (over 1 KiB) every step. Every slot is
   // cleared when the call ends, normally or by an exception, so no tensor outlives it.
   thread_local std::vector<Slot> reused;
+  thread_local std::vector<IValue> reused_args;  // a node's arguments, likewise
   thread_local bool reused_busy = false;
   std::vector<Slot> local;
+  std::vector<IValue> local_args;
   const bool reuse = frees != nullptr && !reused_busy;
   std::vector<Slot>& slots = reuse ? reused : local;
+  std::vector<IValue>& args = reuse ? reused_args : local_args;
   slots.resize(graph.value_slots());
   struct Release {
     std::vector<Slot>* s;
+    std::vector<IValue>* a;
     ~Release() {
       if (!s) return;
       for (Slot& x : *s) x = Slot();
+      a->clear();
       reused_busy = false;
     }
-  } release{reuse ? &slots : nullptr};
+  } release{reuse ? &slots : nullptr, &args};
   if (reuse) reused_busy = true;
   slots[graph.inputs()[0]->id].m = &self;
   for (size_t i = 0; i < inputs.size(); ++i) slots[graph.inputs()[i + 1]->id].v = inputs[i];
-  std::vector<IValue> args;
   const std::vector<Node*>& nodes = graph.nodes();
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     const Node* n = nodes[ni];
@@ -116,10 +157,10 @@ std::vector<IValue> run_graph_impl(const Graph& graph, ScriptModule& self, const
     } else if (k == "prim::GetAttr") {
       ScriptModule* owner = slots[n->inputs[0]->id].m;
       if (n->outputs[0]->type.kind == Type::Module) {
-        out.m = owner->child(n->attr);
+        out.m = frees ? hinted_child(*owner, *n) : owner->child(n->attr);
         if (!out.m) throw std::runtime_error("[jit] module '" + owner->name() + "' has no submodule '" + n->attr + "'");
       } else {
-        out.v = owner->tensor_attr(n->attr);
+        out.v = frees ? hinted_tensor(*owner, *n) : owner->tensor_attr(n->attr);
       }
     } else if (k == "prim::ListConstruct") {
       std::vector<int64_t> l;

@@ -610,6 +610,109 @@ TEST(Compile, CompiledCallsKeepNothingAliveAfterReturnOrThrow) {
   EXPECT_TRUE(equal(c->forward(x), net->forward(x)));
 }
 
+// The compiled interpreter finds each attribute through a hint (its index in the owner's dict, checked against
+// the name): whatever changes the module's state after compile() (a parameter re-registered, a state dict
+// loaded, assign=true's new tensors, to(kFloat64), a submodule replaced, a parameter added before the one read)
+// shows in the next forward and gradients, equal to the eager module changed the same way.
+TEST(Compile, CompiledModuleFollowsItsStateAfterCompile) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({16, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  expect_same_step(net, c, x, 0);  // the hints are set
+  // the eager reference: a fresh MLP (in `dtype`) holding the compiled module's state as it is now
+  auto reference = [&](ScalarType dtype = kFloat32) {
+    auto r = std::make_shared<troupe::testing::MLP>();
+    r->to(dtype);
+    r->load_state_dict(c->state_dict(), /*strict=*/false);
+    return r;
+  };
+  auto sc = [&](const std::string& name) { return c->child(name); };
+
+  // register_parameter over an existing name: a new tensor with new values
+  Tensor w1 = randn({64, 32});
+  sc("fc1")->register_parameter("weight", w1.clone());
+  expect_same_step(reference(), c, x, 0);
+  EXPECT_TRUE(equal(reference()->forward(x), troupe::linear(troupe::relu(troupe::linear(troupe::relu(
+      troupe::linear(x, w1, net->fc1->bias)), net->fc2->weight, net->fc2->bias)), net->fc3->weight, net->fc3->bias)));
+
+  // load_state_dict (copies into the tensors) and load_state_dict(assign=true) (new tensors)
+  default_generator().manual_seed(1);
+  auto other = std::make_shared<troupe::testing::MLP>();
+  c->load_state_dict(other->state_dict());
+  expect_same_step(other, c, x, 0);
+  default_generator().manual_seed(2);
+  auto third = std::make_shared<troupe::testing::MLP>();
+  c->load_state_dict(third->state_dict(), true, /*assign=*/true);
+  expect_same_step(third, c, x, 0);
+
+  // a submodule replaced by another traced Linear: its parameters are read, not the old one's
+  default_generator().manual_seed(3);
+  auto lin = std::make_shared<nn::LinearImpl>(64, 64);
+  c->register_module("fc2", trace(lin, randn({2, 64})));
+  third->fc2->weight.detach().copy_(lin->weight.detach());
+  third->fc2->bias.detach().copy_(lin->bias.detach());
+  expect_same_step(third, c, x, 0);
+
+  // a parameter registered in front of the one read (a new name; the read one moves to a later index)
+  auto fresh = std::make_shared<ScriptModule>("Linear", "__torch__.torch.nn.modules.linear.Linear");
+  fresh->register_parameter("extra", zeros({1}));
+  fresh->register_parameter("weight", randn({10, 64}));
+  fresh->register_parameter("bias", randn({10}));
+  fresh->set_forward_graph(sc("fc3")->forward_graph());
+  c->register_module("fc3", fresh);
+  third->fc3->weight.detach().copy_(fresh->tensor_attr("weight").detach());
+  third->fc3->bias.detach().copy_(fresh->tensor_attr("bias").detach());
+  EXPECT_TRUE(equal(c->forward(x), third->forward(x)));
+
+  // to(kFloat64): every parameter is a new float64 tensor
+  c->register_module("fc3", trace(third->fc3, randn({2, 64})));
+  c->to(kFloat64);
+  expect_same_step(reference(kFloat64), c, x.to(kFloat64), 0);
+  EXPECT_EQ(c->forward(x.to(kFloat64)).dtype(), kFloat64);
+}
+
+// An attribute that disappears after compile() (a submodule replaced by one without it) is an error naming
+// the module and the attribute, not a stale read.
+TEST(Compile, CompiledModuleReportsAnAttributeGoneAfterCompile) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({4, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  c->forward(x);
+  auto empty_linear = std::make_shared<ScriptModule>("Linear", "__torch__.torch.nn.modules.linear.Linear");
+  empty_linear->register_parameter("weight", randn({64, 64}));  // no bias
+  c->register_module("fc2", empty_linear);
+  try {
+    c->forward(x);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("module 'Linear' has no attribute 'bias'"), std::string::npos) << e.what();
+  }
+}
+
+// A loss whose gradient reaches the stack as an expanded (stride-0) tensor, as mean() and sum() give it: the
+// bias gradient of the top layer must still be eager's bits (eager's sum_to sums one copy and scales it).
+TEST(Compile, LinearStackExpandedOutputGradientSameBits) {
+  default_generator().manual_seed(0);
+  auto net = std::make_shared<troupe::testing::MLP>();
+  Tensor x = randn({16, 32});
+  ScriptModulePtr c = compiled_copy(net, x);
+  for (int loss_kind = 0; loss_kind < 2; ++loss_kind) {
+    net->zero_grad();
+    c->zero_grad();
+    for (nn::Module* m : {static_cast<nn::Module*>(net.get()), static_cast<nn::Module*>(c.get())}) {
+      Tensor out = m->call({nn::Value(x)}).tensor();
+      (loss_kind == 0 ? out.mean() : out.sum().mul(0.3)).backward();
+    }
+    auto pe = net->named_parameters();
+    auto pc = c->named_parameters();
+    for (const auto& [k, p] : pe)
+      EXPECT_TRUE(equal(p.grad(), pc[k].grad())) << (loss_kind == 0 ? "mean: " : "sum * 0.3: ") << "grad of " << k
+                                                 << " differs by " << max_diff(p.grad(), pc[k].grad());
+  }
+}
+
 TEST(Compile, CompiledGraphBeforeCompileThrows) {
   default_generator().manual_seed(9);
   auto net = std::make_shared<troupe::testing::MLP>();
