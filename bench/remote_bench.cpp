@@ -161,8 +161,8 @@ void drive(launch::Context& ctx) {
         auto t1 = Clock::now();
         for (int i = 0; i < n; ++i) shared_sink.request<int64_t>("take", t).get();
         tsh.push_back(secs(t1) * 1e3 / n);
-        int cmd[2] = {1, static_cast<int>(bytes / 4)};
-        MPI_Send(cmd, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+        int cmd[3] = {1, static_cast<int>(bytes / 4), n};
+        MPI_Send(cmd, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         auto t0 = Clock::now();
         for (int i = 0; i < n; ++i) {
@@ -171,8 +171,6 @@ void drive(launch::Context& ctx) {
           MPI_Recv(&ack, 1, MPI_INT64_T, 1, 79, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
         mp.push_back(secs(t0) * 1e3 / n);
-        int done[2] = {2, n};
-        (void)done;
       }
       double a = median(tr), c = median(tc), b = median(mp);
       std::printf("transfer  %-10lld  %9.3f  %9.3f  %9.3f   %6.2f   %6.2f   %9.3f\n", static_cast<long long>(bytes), a, c, b,
@@ -180,8 +178,8 @@ void drive(launch::Context& ctx) {
     }
   }
   if (rt.networked()) {  // rank 1's raw-MPI server ends
-    int stop[2] = {0, 0};
-    MPI_Send(stop, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    int stop[3] = {0, 0, 0};
+    MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
   }
 
   if (!g_only.empty() && g_only != "step") return;
@@ -238,36 +236,31 @@ void drive(launch::Context& ctx) {
   }
 }
 
-// MPI_Probe from rank 0 that spins while messages come (the timed raw-MPI loop: each send follows the last
-// answer within microseconds) and sleeps 200 us between looks after 2 ms without one. A blocking MPI_Probe
-// or MPI_Recv busy-polls (Open MPI) for as long as it waits: rank 1 waiting so for its next command took a
-// core and MPI's progress lock from its own lane thread while rank 0 timed everything else (the lane and
-// CAF transfers, the round trips, the train step).
-void probe_politely(int tag, MPI_Status* st) {
-  const auto t0 = Clock::now();
+// Waits for rank 0's next command without spinning: MPI_Iprobe, then 200 us asleep. A blocking MPI_Probe or
+// MPI_Recv busy-polls (Open MPI) for as long as it waits; rank 1 waiting so for its next command took a core
+// and MPI's progress lock from its own lane thread while rank 0 timed the troupe cases (until 2026-11-27 it
+// also spun 2 ms after each raw-MPI loop, into the lane's timed loop that came next).
+void wait_command(MPI_Status* st) {
   for (int flag = 0;;) {
-    MPI_Iprobe(0, tag, MPI_COMM_WORLD, &flag, st);
+    MPI_Iprobe(0, 77, MPI_COMM_WORLD, &flag, st);
     if (flag) return;
-    if (Clock::now() - t0 > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
-// Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop.
+// Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop. A command
+// {1, floats, n} is followed by n sends, each answered by 8 bytes; MPI_Recv spins meanwhile, as raw MPI does.
 void serve_mpi() {
   std::vector<float> buf;
   while (true) {
     MPI_Status cst;
-    probe_politely(77, &cst);
-    int cmd[2];
-    MPI_Recv(cmd, 2, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    wait_command(&cst);
+    int cmd[3];
+    MPI_Recv(cmd, 3, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (cmd[0] == 0) return;
     buf.resize(cmd[1]);
     MPI_Barrier(MPI_COMM_WORLD);
-    // n sends follow, each answered; their count is not sent, so loop until the next command probe
-    while (true) {
-      MPI_Status st;
-      probe_politely(MPI_ANY_TAG, &st);
-      if (st.MPI_TAG != 78) break;
+    for (int i = 0; i < cmd[2]; ++i) {
       MPI_Recv(buf.data(), cmd[1], MPI_FLOAT, 0, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       int64_t ack = cmd[1];
       MPI_Send(&ack, 1, MPI_INT64_T, 0, 79, MPI_COMM_WORLD);
