@@ -406,7 +406,8 @@ namespace {
 /// hop, steady-clock ns, on the lane thread), written to <prefix>.<rank> when the system stops (the
 /// clock is the machine's monotonic one, shared by the processes of a node). Hops: 0 the caller posts
 /// the Call, 1 the Call's head is read, 2 its handler starts, 3 its Reply is posted, 4 the Reply is read
-/// (its request completes there; on the lane thread: its waiter is then woken). The last field: for hop
+/// (its request completes there; on the lane thread: its waiter is then woken), 5 the caller's post
+/// returned (its sends complete, or left to the lane thread after 50 ms). The last field: for hop
 /// 2, the handler ran on the thread that read the Call (the lane thread or a waiter); else, the lane
 /// thread recorded it. For measuring only: off, it costs a relaxed load per hop.
 struct LaneTrace {
@@ -708,6 +709,7 @@ class System {
     if (state) state->set_inline(lane_waiter_, id);
     g_lane_trace.record(id, 0);
     lane_->post(dest, std::move(head), std::move(bodies));
+    g_lane_trace.record(id, 5);
   }
 
   /// ActorRef::stop() of `to`, an actor of another process, in this process's sequence to it (so it lands
