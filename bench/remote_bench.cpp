@@ -111,8 +111,7 @@ void drive(launch::Context& ctx) {
   auto lin = actors::host(rt, 1, "Linear", {16, 16});
   Tensor x = randn({4, 16});
   const int reps = g_quick ? 200 : 1000;
-  std::vector<double> rtts{0};
-  if (!g_only.empty()) rtts.clear();
+  std::vector<double> rtts;
   for (const auto& p : paths) {
     if (!g_only.empty() && g_only != "rtt") break;
     use(p);
