@@ -1,6 +1,7 @@
 // ctest actors_mpi_dead_peer: under mpirun -np 2, rank 1's process is killed (SIGKILL) while rank 0 waits
 // on a request to an actor there, and on one to an actor hosted as RemoteModule's host is, whose handler
-// runs on rank 1's lane thread (the lane's inline run). Rank 0 must see that request, and every later one, fail naming the
+// runs on rank 1's lane thread when the lane's inline runs are on (ctest actors_mpi_dead_peer_inline:
+// TROUPE_ACTOR_LANE_RUN_INLINE_US=200). Rank 0 must see that request, and every later one, fail naming the
 // actor and its rank, within seconds, and stop its actor system without hanging: "dead peer ok".
 // ctest actors_mpi_stopped_peer (--stopped): rank 1 is stopped (SIGSTOP) instead: "stopped peer ok".
 #include <signal.h>
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) iv.request<int64_t>("sleep_ms", 0).get();  // short: later Calls run inline
     auto pending = v.request<int64_t>("sleep_ms", 30000);
     killer.request<int64_t>("die_in", 300).get();
-    // on rank 1's lane thread (the lane), which it holds until the process dies
+    // on rank 1's lane thread with the inline runs on, which it holds until the process dies
     auto pending_inline = iv.request<int64_t>("sleep_ms", 30000);
     auto t0 = std::chrono::steady_clock::now();
     int failures = 0;

@@ -161,6 +161,12 @@ std::string expected_path() {
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
   return v && std::string(v) == "caf" ? "caf" : "lane";  // the lane unless CAF is asked for
 }
+// True when Calls read from the lane may run on the thread that read it (TROUPE_ACTOR_LANE_RUN_INLINE_US
+// > 0, off by default; ctest actors_mpi_np2_lane turns it on).
+bool lane_runs_inline() {
+  const char* v = std::getenv("TROUPE_ACTOR_LANE_RUN_INLINE_US");
+  return expected_path() == "lane" && v && std::atoll(v) > 0;
+}
 
 TEST(MpiLane, ItIsThePathUnlessCafIsAskedFor) {
   MPI_ONLY();
@@ -261,11 +267,11 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
 
 // A Call read by the lane thread for an idle actor that allows inline requests runs there (no wake-up of
 // the actor's thread); one for a busy actor queues behind what runs, on the actor's thread, in the order
-// sent; an actor without inline requests always runs on its own threads. Under TROUPE_ACTOR_LANE=caf
-// nothing runs on a lane thread.
+// sent; an actor without inline requests always runs on its own threads. Without
+// TROUPE_ACTOR_LANE_RUN_INLINE_US, or under TROUPE_ACTOR_LANE=caf, nothing runs on a lane thread.
 TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   MPI_ONLY();
-  const bool lane = expected_path() == "lane";
+  const bool lane = lane_runs_inline();
   const std::string r = std::to_string(ctx.rank);
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef back = rt.spawn_on(ctx.rank, "lpback" + r, "Counter", 0);
@@ -303,7 +309,7 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
 // only that thread would read) is answered.
 TEST(MpiLane, OnTheLaneThreadAThrowingHandlerFailsItsRequestAndAWaitingOneIsAnswered) {
   MPI_ONLY();
-  const bool lane = expected_path() == "lane";
+  const bool lane = lane_runs_inline();
   const std::string r = std::to_string(ctx.rank);
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef back = rt.spawn_on(ctx.rank, "lqback" + r, "Counter", 0);
