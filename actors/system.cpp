@@ -58,9 +58,9 @@ constexpr int64_t kLaneWaitSpinUs = 50;
 // reads for an idle actor that allows inline requests runs on that thread (no wake-up of the actor's
 // thread) when that actor's last handler took at most N us; a longer one goes to the actor's thread, so
 // that a long forward does not hold the process's other lane messages. Off by default (0): with it on,
-// about half of the full remote_bench runs lost the CAF connection to rank 1 (remote_link_unreachable)
-// once rank 0 switched to CAF's path after the lane's round trips; never with it off, and the cause is
-// not found yet (architecture.md, the lane).
+// most full remote_bench runs lost the CAF connection to rank 1 (remote_link_unreachable), mostly once
+// rank 0 switched to CAF's path, once in the train step on the lane alone; never with it off, and the
+// cause is not found yet (architecture.md, the lane).
 constexpr int64_t kLaneRunInlineUs = 0;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench on 2 loaded cores):
 // messages whose values weigh at most kLaneSmallBytes take the lane, and so does one with a tensor of at
