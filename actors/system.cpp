@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <caf/io/all.hpp>
 
@@ -53,6 +54,14 @@ constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;
+// TROUPE_ACTOR_LANE_RUN_INLINE_US=N (N > 0, 200 measured): a Call the lane thread (or a polling waiter)
+// reads for an idle actor that allows inline requests runs on that thread (no wake-up of the actor's
+// thread) when that actor's last handler took at most N us; a longer one goes to the actor's thread, so
+// that a long forward does not hold the process's other lane messages. Off by default (0): with it on,
+// most full remote_bench runs lost the CAF connection to rank 1 (remote_link_unreachable), mostly once
+// rank 0 switched to CAF's path, once in the train step on the lane alone; never with it off, and the
+// cause is not found yet (architecture.md, the lane).
+constexpr int64_t kLaneRunInlineUs = 0;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench on 2 loaded cores):
 // messages whose values weigh at most kLaneSmallBytes take the lane, and so does one with a tensor of at
 // least kLaneBodyBytes (its big tensors as bodies); only one heavier than that made of smaller tensors
@@ -305,6 +314,33 @@ struct Host : InlineRunner {
   bool call_here(const std::string& method, const List& args, Value& result, std::string& error);
   /// Runs `it` on this thread (running_ is set), then wakes the actor for what arrived meanwhile.
   void run_here(Item& it, const caf::actor& handle);
+  /// For the lane thread: true (running_ now set) when the actor allows inline requests, its last handler
+  /// took at most `max_ns` (a long one would hold every other message of this process that comes on the
+  /// lane), and it is open and idle, with nothing queued and no wake-up posted, so that the Call just read
+  /// may run on the lane thread (run_claimed) instead of waking the actor's thread; messages that come
+  /// meanwhile queue behind it.
+  bool claim_idle(int64_t max_ns) {
+    if (!inline_ok) return false;
+    const int64_t last = last_run_ns_.load(std::memory_order_relaxed);
+    if (last < 0 || last > max_ns) return false;
+    std::lock_guard<SpinLock> g(mu_);
+    if (closed_ || running_ || posted_ || !q_.empty()) return false;
+    running_ = true;
+    return true;
+  }
+  /// Records how long a handler of this actor took (claim_idle's measure).
+  void note_run(std::chrono::steady_clock::duration d) {
+    last_run_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), std::memory_order_relaxed);
+  }
+  /// Runs `it` after claim_idle() on this thread, then the host is idle again (a drain posted for what
+  /// came meanwhile).
+  void run_claimed(Item& it) {
+    {
+      InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
+      run(it);
+    }
+    end_inline();
+  }
   /// The handler of `method` (null: none), remembering the last one looked up.
   Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
     if (last_handler_ && method == last_method_) return last_handler_;
@@ -346,10 +382,62 @@ struct Host : InlineRunner {
   std::string closed_reason_;
   std::string last_method_;  // the last handler looked up
   Handler* last_handler_ = nullptr;
+  std::atomic<int64_t> last_run_ns_{-1};  // how long its last message took (inline_ok actors; -1: none yet)
   void count_pushed() { pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   void count_taken(int64_t n) { taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   alignas(64) std::atomic<int64_t> taken_{0};
 };
+
+namespace {
+/// A Call the lane thread read for an idle actor that allows inline requests (Host::claim_idle): it runs
+/// there once the poll is over (System::run_lane_calls), not on the actor's thread.
+struct LaneRun {
+  std::shared_ptr<Host> host;
+  Item item;
+};
+thread_local std::vector<LaneRun>* t_lane_runs = nullptr;  // this thread's while it polls the lane outside a handler
+thread_local bool t_lane_handler = false;                  // the lane thread runs a handler
+// How long the lane thread, waiting inside a handler, sleeps on its doorbell between looks: a reply that
+// completes by another path (CAF's router, an actor of this process) rings no doorbell.
+constexpr auto kLaneNestedNap = std::chrono::microseconds(200);
+}  // namespace
+
+bool on_lane_thread() { return t_lane_handler; }
+
+namespace {
+/// TROUPE_ACTOR_LANE_TRACE=<path prefix>: the first kLaneTraceMax hops of lane requests, as (request id,
+/// hop, steady-clock ns, on the lane thread), written to <prefix>.<rank> when the system stops (the
+/// clock is the machine's monotonic one, shared by the processes of a node). Hops: 0 the caller posts
+/// the Call, 1 the Call's head is read, 2 its handler starts, 3 its Reply is posted, 4 the Reply is read
+/// (its request completes there; on the lane thread: its waiter is then woken), 5 the caller's post
+/// returned (its sends complete, or left to the lane thread after 50 ms). The last field: for hop
+/// 2, the handler ran on the thread that read the Call (the lane thread or a waiter); else, the lane
+/// thread recorded it. For measuring only: off, it costs a relaxed load per hop.
+struct LaneTrace {
+  struct Hop {
+    uint64_t id;
+    int hop;
+    int64_t ns;
+    bool lane;
+  };
+  static constexpr size_t kLaneTraceMax = 1 << 16;
+  std::atomic<bool> on{false};
+  std::atomic<size_t> n{0};
+  std::vector<Hop> hops;
+  std::string path;
+  void record(uint64_t id, int hop) {
+    if (!on.load(std::memory_order_relaxed)) return;
+    const size_t i = n.fetch_add(1, std::memory_order_relaxed);
+    if (i >= hops.size()) return;
+    hops[i] = Hop{id, hop, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch()).count(),
+                   hop == 2 ? t_lane_handler : t_lane_thread};
+  }
+  static thread_local bool t_lane_thread;
+};
+thread_local bool LaneTrace::t_lane_thread = false;
+LaneTrace g_lane_trace;
+}  // namespace
 
 /// The process's actor system: one per process, shared by the ranks that live in it.
 class System {
@@ -564,6 +652,12 @@ class System {
     lane_max_nap_ = std::chrono::microseconds(
         std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
     lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
+    lane_run_inline_ns_ = env_int("TROUPE_ACTOR_LANE_RUN_INLINE_US", kLaneRunInlineUs) * 1000;
+    if (const char* tp = std::getenv("TROUPE_ACTOR_LANE_TRACE"); tp && *tp && !g_lane_trace.on.load()) {
+      g_lane_trace.hops.resize(LaneTrace::kLaneTraceMax);
+      g_lane_trace.path = std::string(tp) + "." + std::to_string(first_rank_);
+      g_lane_trace.on.store(true);
+    }
     lane_waiter_ = std::make_shared<LaneWaiter>(this);
     lane_on_.store(true, std::memory_order_release);
     lane_thread_ = std::thread([this] { lane_loop(); });
@@ -616,7 +710,9 @@ class System {
     const uint64_t seq = next_seq(dest);
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     if (state) state->set_inline(lane_waiter_, id);
+    g_lane_trace.record(id, 0);
     lane_->post(dest, std::move(head), std::move(bodies));
+    g_lane_trace.record(id, 5);
   }
 
   /// ActorRef::stop() of `to`, an actor of another process, in this process's sequence to it (so it lands
@@ -671,6 +767,7 @@ class System {
       head = lane_encode(lh, List{}, bodies);
     }
     try {
+      g_lane_trace.record(id, 3);
       if (auto lane = lane_) lane->post(dest, std::move(head), std::move(bodies));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[actors] the reply to rank %d's request could not be sent on the lane: %s\n", dest, e.what());
@@ -725,16 +822,24 @@ class System {
 
   /// A waiter's turn (Future::wait on a request whose reply comes on the lane): polls the lane itself
   /// until the reply is there, at most lane_wait_spin_; true when it is.
+  /// Calls it reads for idle actors that allow inline requests run here after the poll, as on the lane
+  /// thread (not while this thread already runs one: no nesting).
   bool lane_wait(const CallState& w) {
     const auto t0 = std::chrono::steady_clock::now();
+    std::vector<LaneRun> runs;
     while (!w.done()) {
+      bool got = false;
       {
         std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
         if (g.owns_lock()) {
           if (!lane_on_.load(std::memory_order_relaxed)) return false;
-          if (lane_poll_some()) continue;
+          t_lane_runs = lane_run_inline_ns_ > 0 && !t_lane_handler ? &runs : nullptr;
+          got = lane_poll_some();
+          t_lane_runs = nullptr;
         }
       }
+      if (!runs.empty()) run_lane_calls(runs, false);
+      if (got) continue;
       // Never sched_yield here: on a loaded machine a yield gives the core away for a whole time slice
       // (a millisecond and more), where a sleeper that is woken runs at once.
       if (std::chrono::steady_clock::now() - t0 > lane_wait_spin_) return false;
@@ -839,6 +944,16 @@ class System {
       running_ = false;
     }
     stop_lane();
+    if (g_lane_trace.on.exchange(false)) {
+      if (FILE* f = std::fopen(g_lane_trace.path.c_str(), "w")) {
+        const size_t n = std::min(g_lane_trace.n.load(), g_lane_trace.hops.size());
+        for (size_t i = 0; i < n; ++i) {
+          const auto& h = g_lane_trace.hops[i];
+          std::fprintf(f, "%llu %d %lld %d\n", static_cast<unsigned long long>(h.id), h.hop, static_cast<long long>(h.ns), h.lane ? 1 : 0);
+        }
+        std::fclose(f);
+      }
+    }
     {
       std::lock_guard<std::mutex> g(mu_);
       for (auto& [id, p] : pending_) failed.push_back(std::move(p.state));
@@ -938,6 +1053,12 @@ class System {
     bool run_inline(uint64_t, const CallState& waiting) override { return sys->lane_wait(waiting); }
     System* sys;
   };
+  /// The lane thread's WaitProgress while it runs a handler (lane_wait_until).
+  struct LaneProgress : WaitProgress {
+    explicit LaneProgress(System* s) : sys(s) {}
+    bool wait_until(const CallState& w, std::chrono::steady_clock::time_point tp) override { return sys->lane_wait_until(w, tp); }
+    System* sys;
+  };
   /// A Call from another process that came before one it must follow.
   struct Held {
     uint64_t target;
@@ -994,6 +1115,13 @@ class System {
       }
     }
     if (h) {
+      // Read by the lane thread, for an idle actor that allows inline requests: run on the lane thread
+      // after the poll (run_lane_calls), instead of waking the actor's thread; what comes for it meanwhile
+      // queues behind it (running_ is set), so one message at a time and the sender's order hold.
+      if (t_lane_runs && it.lane_from >= 0 && !it.exit && h->claim_idle(lane_run_inline_ns_)) {
+        t_lane_runs->push_back(LaneRun{std::move(h), std::move(it)});
+        return;
+      }
       auto gone = h->push(std::move(it), caf::actor_cast<caf::actor>(h->addr));
       if (!gone) return;
       why = *gone;
@@ -1011,6 +1139,7 @@ class System {
       std::fprintf(stderr, "[actors] lane: a malformed message from rank %d was dropped: %s\n", src, e.what());
       return;
     }
+    g_lane_trace.record(lh.id, lh.kind == wire::LaneHead::kReply ? 4 : 1);
     List values;
     std::string err;
     size_t next = 0;
@@ -1066,14 +1195,23 @@ class System {
   void lane_loop() {
     using Clock = std::chrono::steady_clock;
     auto last = Clock::now();
+    std::vector<LaneRun> runs;
+    LaneTrace::t_lane_thread = true;
     while (!lane_stop_.load(std::memory_order_relaxed)) {
       bool got = false, busy = false;
       {
         std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
         if (g.owns_lock()) {  // else a waiter polls: it gets what comes, and a ring wakes us anyway
+          t_lane_runs = lane_run_inline_ns_ > 0 ? &runs : nullptr;
           got = lane_poll_some();
+          t_lane_runs = nullptr;
           busy = !got && lane_->pending_sends() > 0;  // MPI moves a large message only while polled
         }
+      }
+      if (!runs.empty()) {  // without the poll lock: a handler that waits polls the lane itself
+        run_lane_calls(runs, true);
+        last = Clock::now();
+        continue;
       }
       if (got) {
         last = Clock::now();
@@ -1083,6 +1221,55 @@ class System {
         lane_->idle_wait(lane_max_nap_);  // without the poll lock: a waiter may poll meanwhile
       }
     }
+  }
+
+  /// Runs the Calls this thread claimed while it polled (place) in the order read, each on its idle actor,
+  /// here. On the lane thread a wait inside a handler keeps the lane moving (lane_wait_until) instead of
+  /// sleeping: no other thread would receive its reply.
+  /// On a waiter that read them (lane_wait; `lane_thread` false) a wait inside a handler sleeps as any
+  /// other: the lane thread is free to read its reply.
+  void run_lane_calls(std::vector<LaneRun>& runs, bool lane_thread) {
+    t_lane_handler = true;
+    if (lane_thread) wait_progress() = &lane_progress_;
+    for (auto& r : runs) r.host->run_claimed(r.item);
+    if (lane_thread) wait_progress() = nullptr;
+    t_lane_handler = false;
+    runs.clear();
+  }
+
+  /// A wait on the lane thread inside a handler (CallState::wait_until through wait_progress()): polls
+  /// the lane while messages come, else sleeps on the doorbell kLaneNestedNap at a time, until `w`
+  /// completes or `tp`; true when complete. Calls read meanwhile go to their actors' threads.
+  bool lane_wait_until(const CallState& w, std::chrono::steady_clock::time_point tp) {
+    using Clock = std::chrono::steady_clock;
+    auto last = Clock::now();
+    while (!w.done()) {
+      const auto now = Clock::now();
+      if (now >= tp) return w.done();
+      if (lane_stop_.load(std::memory_order_relaxed)) {  // stop(): the lane goes; sleep as any waiter
+        WaitProgress* self = std::exchange(wait_progress(), nullptr);
+        const bool r = w.wait_until(tp);
+        wait_progress() = self;
+        return r;
+      }
+      bool got = false, busy = false;
+      {
+        std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
+        if (g.owns_lock()) {
+          got = lane_poll_some();
+          busy = !got && lane_->pending_sends() > 0;
+        }
+      }
+      if (got) {
+        last = now;
+      } else if (busy || now - last < lane_spin_) {
+        cpu_relax();
+      } else {
+        lane_->idle_wait(std::chrono::duration_cast<std::chrono::microseconds>(
+            std::min<Clock::duration>(kLaneNestedNap, tp - now) + std::chrono::microseconds(1)));
+      }
+    }
+    return true;
   }
 
   /// Stops the lane thread (stop()); the lane itself stays until the system is gone.
@@ -1192,7 +1379,16 @@ class System {
       if (c.args.decode_error().empty() && c.args.awaits_data_plane()) error = await_data_plane(c.args, default_timeout());
       if (error.empty() && !c.args.decode_error().empty()) error = "its arguments could not be decoded: " + c.args.decode_error();
     }
-    if (error.empty()) invoke(h, c.method, c.args.values, result, error);
+    if (item.lane_from >= 0) g_lane_trace.record(c.id, 2);
+    if (error.empty()) {
+      if (h.inline_ok) {  // how long the handler takes decides where the next Call from the lane runs
+        const auto t0 = std::chrono::steady_clock::now();
+        invoke(h, c.method, c.args.values, result, error);
+        h.note_run(std::chrono::steady_clock::now() - t0);
+      } else {
+        invoke(h, c.method, c.args.values, result, error);
+      }
+    }
     const bool ok = error.empty();
     if (c.id == 0) {
       if (!ok) {
@@ -1257,6 +1453,8 @@ class System {
   std::thread lane_thread_;
   std::mutex lane_progress_mu_;  // one thread polls the lane at a time (the lane thread or a waiter)
   std::shared_ptr<LaneWaiter> lane_waiter_;
+  LaneProgress lane_progress_{this};
+  int64_t lane_run_inline_ns_ = kLaneRunInlineUs * 1000;  // see kLaneRunInlineUs (0: off)
   int64_t lane_inline_bytes_ = kLaneInlineBytes;
   int64_t lane_small_bytes_ = kLaneSmallBytes;
   int64_t lane_body_bytes_ = kLaneBodyBytes;

@@ -2,6 +2,7 @@
 #include <troupe/actors/actor.h>
 #include <troupe/actors/future.h>
 #include <troupe/actors/value.h>
+#include <troupe/actors/internal/services.h>
 #include <troupe/util/env.h>
 
 #include <algorithm>
@@ -97,7 +98,13 @@ bool CallState::failed() const {
   return failed_;
 }
 
+WaitProgress*& wait_progress() {
+  static thread_local WaitProgress* p = nullptr;
+  return p;
+}
+
 bool CallState::wait_until(Clock::time_point tp) const {
+  if (WaitProgress* p = wait_progress()) return p->wait_until(*this, tp);
   std::unique_lock<std::mutex> g(mu_);
   if (done_) return true;
   sleepers_.fetch_add(1, std::memory_order_acq_rel);

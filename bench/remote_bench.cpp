@@ -5,8 +5,11 @@
 //   rtt           proxy forward of a hosted Linear(16, 16), batch 4, under no_grad (PyTorch's peer:
 //                 RemoteModule.forward outside a dist_autograd context); and with grad mode on (the call
 //                 records a RemoteCallNode; the host keeps the graph until the node is freed)
-//   transfer      a float32 tensor of 4 KB .. 64 MB to a host actor that answers its element count, vs raw
-//                 MPI: MPI_Send of the same buffer, MPI_Recv of an 8-byte answer (ratio = MPI / troupe)
+//   transfer      a float32 tensor of 4 KB .. 64 MB to a sink actor that answers its element count, vs raw
+//                 MPI: MPI_Send of the same buffer, MPI_Recv of an 8-byte answer (ratio = MPI / troupe). The
+//                 sink is hosted as RemoteModule's host is (its own thread, allow_inline_requests: the
+//                 realistic path of an activation, a `fwd` to a ModuleHost); a column beside it times a sink
+//                 on CAF's shared threads without inline requests (the bench's sink up to 2026-11-27)
 //   train step    two-stage MLP 784-1024-1024-10 (ReLU), batch 256: stage 1 local on rank 0, stage 2
 //                 (1024-1024, ReLU, 1024-10) hosted on rank 1; zero_grad, cross_entropy(stage2(stage1(x)), y),
 //                 backward through both ranks, DistributedOptimizer(SGD 0.01) step; and the same model run
@@ -41,6 +44,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 bool g_quick = false;
+std::string g_only;  // --only=transfer: that case alone
+int64_t g_bytes = 0;  // --bytes=N: the transfer case at that size alone
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -48,8 +53,17 @@ double median(std::vector<double> v) {
 }
 double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// On CAF's shared threads, no inline requests.
 struct Sink : actors::Actor {
   Sink() {
+    handle("take", [](Tensor t) { return t.numel(); });
+  }
+};
+// Hosted as RemoteModule's ModuleHost is (remote_module.cpp): its own thread, inline requests allowed.
+struct HostSink : actors::Actor {
+  HostSink() {
+    use_own_thread();
+    allow_inline_requests();
     handle("take", [](Tensor t) { return t.numel(); });
   }
 };
@@ -99,6 +113,7 @@ void drive(launch::Context& ctx) {
   const int reps = g_quick ? 200 : 1000;
   std::vector<double> rtts;
   for (const auto& p : paths) {
+    if (!g_only.empty() && g_only != "rtt") break;
     use(p);
     for (int i = 0; i < 100; ++i) (*lin)(x);
     std::vector<double> nog, withg;
@@ -114,18 +129,26 @@ void drive(launch::Context& ctx) {
                 rtts.back(), median(withg));
   }
   use(paths[0]);
-  double rtt = rtts[0];
+  double rtt = rtts.empty() ? 0 : rtts[0];
 
   // ---- transfer vs raw MPI (mpirun only: the MPI side needs two processes)
-  if (rt.networked()) {
-    auto sink = rt.spawn_on(1, "bench.sink", "Sink");
-    std::printf("transfer  bytes        lane ms    caf ms     MPI ms   MPI/lane  MPI/caf\n");
+  if (rt.networked() && (g_only.empty() || g_only == "transfer")) {
+    auto sink = rt.spawn_on(1, "bench.sink", "HostSink");
+    auto shared_sink = rt.spawn_on(1, "bench.shared_sink", "Sink");
+    std::printf("transfer  bytes        lane ms    caf ms     MPI ms   MPI/lane  MPI/caf   lane ms (shared-thread sink)\n");
     for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
                           int64_t(64) << 20}) {
       if (g_quick && bytes > (int64_t(16) << 20)) break;
+      if (g_bytes > 0 && bytes != g_bytes) continue;
       Tensor t = randn({bytes / 4});
       const int n = bytes >= (int64_t(16) << 20) ? 5 : 20;
-      std::vector<double> tr, tc, mp;
+      std::vector<double> tr, tc, mp, tsh;
+      for (const auto& p : paths) {  // warm-up: first calls, the caching allocator's blocks of this size
+        use(p);
+        for (int i = 0; i < 3; ++i) sink.request<int64_t>("take", t).get();
+      }
+      use(paths[0]);
+      for (int i = 0; i < 3; ++i) shared_sink.request<int64_t>("take", t).get();
       for (int s = 0; s < samples; ++s) {
         for (size_t k = 0; k < paths.size(); ++k) {
           use(paths[k]);
@@ -134,8 +157,11 @@ void drive(launch::Context& ctx) {
           (k == 0 ? tr : tc).push_back(secs(t0) * 1e3 / n);
         }
         use(paths[0]);
-        int cmd[2] = {1, static_cast<int>(bytes / 4)};
-        MPI_Send(cmd, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+        auto t1 = Clock::now();
+        for (int i = 0; i < n; ++i) shared_sink.request<int64_t>("take", t).get();
+        tsh.push_back(secs(t1) * 1e3 / n);
+        int cmd[3] = {1, static_cast<int>(bytes / 4), n};
+        MPI_Send(cmd, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         auto t0 = Clock::now();
         for (int i = 0; i < n; ++i) {
@@ -144,17 +170,18 @@ void drive(launch::Context& ctx) {
           MPI_Recv(&ack, 1, MPI_INT64_T, 1, 79, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
         mp.push_back(secs(t0) * 1e3 / n);
-        int done[2] = {2, n};
-        (void)done;
       }
       double a = median(tr), c = median(tc), b = median(mp);
-      std::printf("transfer  %-10lld  %9.3f  %9.3f  %9.3f   %6.2f   %6.2f\n", static_cast<long long>(bytes), a, c, b, b / a,
-                  tc.empty() ? 0.0 : b / c);
+      std::printf("transfer  %-10lld  %9.3f  %9.3f  %9.3f   %6.2f   %6.2f   %9.3f\n", static_cast<long long>(bytes), a, c, b,
+                  b / a, tc.empty() ? 0.0 : b / c, median(tsh));
     }
-    int stop[2] = {0, 0};
-    MPI_Send(stop, 2, MPI_INT, 1, 77, MPI_COMM_WORLD);
+  }
+  if (rt.networked()) {  // rank 1's raw-MPI server ends
+    int stop[3] = {0, 0, 0};
+    MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
   }
 
+  if (!g_only.empty() && g_only != "step") return;
   // ---- two-stage train step
   manual_seed(1234);
   auto local_model = std::make_shared<TwoStage>(make_stage1(), make_stage2());
@@ -202,42 +229,37 @@ void drive(launch::Context& ctx) {
   }
   std::printf("troupe_remote_rtt_us %.2f\n", rtt);
   std::printf("troupe_remote_step_ms %.3f\n", step_ms);
-  if (paths.size() > 1) {
+  if (paths.size() > 1 && rtts.size() > 1) {
     std::printf("troupe_remote_rtt_caf_us %.2f\n", rtts[1]);
     std::printf("troupe_remote_step_caf_ms %.3f\n", median(ts[1]));
   }
 }
 
-// MPI_Probe from rank 0 that spins while messages come (the timed raw-MPI loop: each send follows the last
-// answer within microseconds) and sleeps 200 us between looks after 2 ms without one. A blocking MPI_Probe
-// or MPI_Recv busy-polls (Open MPI) for as long as it waits: rank 1 waiting so for its next command took a
-// core and MPI's progress lock from its own lane thread while rank 0 timed everything else (the lane and
-// CAF transfers, the round trips, the train step).
-void probe_politely(int tag, MPI_Status* st) {
-  const auto t0 = Clock::now();
+// Waits for rank 0's next command without spinning: MPI_Iprobe, then 200 us asleep. A blocking MPI_Probe or
+// MPI_Recv busy-polls (Open MPI) for as long as it waits; rank 1 waiting so for its next command took a core
+// and MPI's progress lock from its own lane thread while rank 0 timed the troupe cases (until 2026-11-27 it
+// also spun 2 ms after each raw-MPI loop, into the lane's timed loop that came next).
+void wait_command(MPI_Status* st) {
   for (int flag = 0;;) {
-    MPI_Iprobe(0, tag, MPI_COMM_WORLD, &flag, st);
+    MPI_Iprobe(0, 77, MPI_COMM_WORLD, &flag, st);
     if (flag) return;
-    if (Clock::now() - t0 > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
-// Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop.
+// Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop. A command
+// {1, floats, n} is followed by n sends, each answered by 8 bytes; MPI_Recv spins meanwhile, as raw MPI does.
 void serve_mpi() {
   std::vector<float> buf;
   while (true) {
     MPI_Status cst;
-    probe_politely(77, &cst);
-    int cmd[2];
-    MPI_Recv(cmd, 2, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    wait_command(&cst);
+    int cmd[3];
+    MPI_Recv(cmd, 3, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (cmd[0] == 0) return;
     buf.resize(cmd[1]);
     MPI_Barrier(MPI_COMM_WORLD);
-    // n sends follow, each answered; their count is not sent, so loop until the next command probe
-    while (true) {
-      MPI_Status st;
-      probe_politely(MPI_ANY_TAG, &st);
-      if (st.MPI_TAG != 78) break;
+    for (int i = 0; i < cmd[2]; ++i) {
       MPI_Recv(buf.data(), cmd[1], MPI_FLOAT, 0, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       int64_t ack = cmd[1];
       MPI_Send(&ack, 1, MPI_INT64_T, 0, 79, MPI_COMM_WORLD);
@@ -252,6 +274,8 @@ int main(int argc, char** argv) {
   // them to every bench) are ignored
   troupe::cli::App app("remote_bench", "A benchmark against its peer (bench/README.md).");
   app.add_flag("--quick", g_quick, "few short samples");
+  app.add_option("--only", g_only, "one case alone: rtt, transfer or step")->check(CLI::IsMember({"rtt", "transfer", "step"}));
+  app.add_option("--bytes", g_bytes, "the transfer case at this size alone (4096 .. 67108864)");
   troupe::cli::add_launch_flags(app);
   app.allow_extras();
   troupe::cli::parse(app, argc, argv);
@@ -260,6 +284,7 @@ int main(int argc, char** argv) {
   set_num_threads(1);
   if (openblas_set_num_threads) openblas_set_num_threads(1);
   actors::register_actor<Sink>("Sink");
+  actors::register_actor<HostSink>("HostSink");
   actors::register_module<nn::Linear, int64_t, int64_t>("Linear");
   actors::register_module_factory("Stage2", [](const actors::List&) { return make_stage2(); });
   return launch::run(argc, argv, [](launch::Context& ctx) {

@@ -2,11 +2,13 @@
 // (system.cpp), and the Actor internals both use.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include <troupe/actors/actor.h>
+#include <troupe/actors/future.h>
 #include <troupe/actors/introspect.h>
 #include <troupe/actors/value.h>
 
@@ -42,6 +44,22 @@ int64_t queued_messages(const ActorRef& ref);
 /// ends (an empty function: none). It widens the window in which a message sent after stop() must already
 /// be refused. Process-wide: set it around one test only (system.cpp).
 void set_stop_hook(std::function<void(const std::string& actor)> hook);
+
+/// A thread that must keep something moving while it waits (system.cpp: the lane thread while it runs a
+/// handler, since no other thread would receive the reply that ends the wait). CallState::wait_until on
+/// such a thread calls it instead of sleeping on the state.
+struct WaitProgress {
+  virtual ~WaitProgress() = default;
+  /// Waits until `s` completes or `tp`, working meanwhile; true when complete.
+  virtual bool wait_until(const CallState& s, std::chrono::steady_clock::time_point tp) = 0;
+};
+/// This thread's WaitProgress (null: waits sleep); value.cpp.
+WaitProgress*& wait_progress();
+
+/// True while this thread runs a handler of a Call it read from the lane itself (the lane thread, or a
+/// waiter polling the lane): a Call that came on the lane to an idle actor that allows inline requests
+/// runs there (tests); system.cpp.
+bool on_lane_thread();
 
 /// A rank's report (introspect.h) as the Value its service replies with, and back (introspect.cpp).
 Value encode_rank_info(const RankInfo& info);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <troupe/actors/auth.h>
+#include <troupe/actors/internal/services.h>  // detail::on_lane_thread
 
 #include <troupe/optim/sgd.h>
 #include <troupe/tensor/ops.h>
@@ -29,7 +30,50 @@ using namespace troupe::actors;
 using namespace troupe::actors::testing;
 
 namespace {
+// How many of `n` "where" requests to `probe` ran on the receiving lane thread, after up to 50 that warm
+// it up (the first Calls of an actor run on its own thread: how long its handlers take is not known yet,
+// and the first run of a thread is slow).
+int on_lane_count(const ActorRef& probe, int n) {
+  for (int i = 0; i < 50 && !probe.request<bool>("where").get(); ++i) {
+  }
+  int k = 0;
+  for (int i = 0; i < n; ++i) k += probe.request<bool>("where").get() ? 1 : 0;
+  return k;
+}
+
+// Says where its handlers run: on the receiving process's lane thread (detail::on_lane_thread) or not.
+// With `inline_ok` it is hosted as RemoteModule's host is (its own thread, inline requests allowed);
+// `back` is an actor on the caller's rank that "nested" asks while it runs.
+struct LaneProbe : Actor {
+  std::vector<int64_t> seen;
+  ActorRef back;
+  LaneProbe(bool inline_ok, ActorRef b) : back(std::move(b)) {
+    if (inline_ok) {
+      use_own_thread();
+      allow_inline_requests();
+    }
+    handle("where", [] { return troupe::actors::detail::on_lane_thread(); });
+    handle("append_where", [this](int64_t k) {
+      seen.push_back(k);
+      return troupe::actors::detail::on_lane_thread();
+    });
+    handle("seen", [this] { return seen; });
+    // a Call with an ActorRef in it crosses by CAF, so this one runs on the actor's thread
+    handle("sleep_with", [](ActorRef, int64_t ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      return troupe::actors::detail::on_lane_thread();
+    });
+    handle("fail", [](std::string why) -> bool { throw std::runtime_error("probe refused: " + why); });
+    // waits, inside the handler, on a request to the caller's rank (its reply comes on the lane)
+    handle("nested", [this](int64_t k) {
+      const int64_t v = back.request<int64_t>("add", k).get();
+      return List{Value(v), Value(troupe::actors::detail::on_lane_thread())};
+    });
+  }
+};
+
 void register_all() {
+  register_actor<LaneProbe, bool, ActorRef>("LaneProbe");
   register_test_actors();
   register_remote_models();
 }
@@ -116,6 +160,12 @@ TEST(MpiActors, EveryWireTypeCrossesAConnection) {
 std::string expected_path() {
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
   return v && std::string(v) == "caf" ? "caf" : "lane";  // the lane unless CAF is asked for
+}
+// True when Calls read from the lane may run on the thread that read it (TROUPE_ACTOR_LANE_RUN_INLINE_US
+// > 0, off by default; ctest actors_mpi_np2_lane turns it on).
+bool lane_runs_inline() {
+  const char* v = std::getenv("TROUPE_ACTOR_LANE_RUN_INLINE_US");
+  return expected_path() == "lane" && v && std::atoll(v) > 0;
 }
 
 TEST(MpiLane, ItIsThePathUnlessCafIsAskedFor) {
@@ -212,6 +262,75 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
   EXPECT_FALSE(out[3].as<Tensor>().defined());
   ctx.world->barrier();
   echo.stop();
+  ctx.world->barrier();
+}
+
+// A Call read by the lane thread for an idle actor that allows inline requests runs there (no wake-up of
+// the actor's thread); one for a busy actor queues behind what runs, on the actor's thread, in the order
+// sent; an actor without inline requests always runs on its own threads. Without
+// TROUPE_ACTOR_LANE_RUN_INLINE_US, or under TROUPE_ACTOR_LANE=caf, nothing runs on a lane thread.
+TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
+  MPI_ONLY();
+  const bool lane = lane_runs_inline();
+  const std::string r = std::to_string(ctx.rank);
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef back = rt.spawn_on(ctx.rank, "lpback" + r, "Counter", 0);
+  ActorRef probe = rt.spawn_on(peer, "lp" + r, "LaneProbe", true, back);
+  ActorRef plain = rt.spawn_on(peer, "lpplain" + r, "LaneProbe", false, back);
+  // (A handler measured long, preempted on a loaded machine, sends the next Call to the actor's thread.)
+  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  else EXPECT_EQ(on_lane_count(probe, 20), 0);
+  EXPECT_EQ(on_lane_count(plain, 20), 0);
+  // Busy for 500 ms on its own thread (this Call carries an ActorRef: it crosses by CAF, in the same
+  // sequence): the lane's Calls and one-way messages sent meanwhile queue behind it.
+  auto busy = probe.request<bool>("sleep_with", back, int64_t{500});
+  std::vector<Future<bool>> fs;
+  std::vector<int64_t> sent;
+  for (int64_t i = 0; i < 30; ++i) {
+    fs.push_back(probe.request<bool>("append_where", i));
+    probe.send("append_where", 1000 + i);
+    sent.push_back(i);
+    sent.push_back(1000 + i);
+  }
+  EXPECT_FALSE(busy.get());
+  for (size_t i = 0; i < fs.size(); ++i) EXPECT_FALSE(fs[i].get()) << "request " << i << " ran on the lane thread while the actor was busy";
+  EXPECT_EQ(probe.request<std::vector<int64_t>>("seen").get(), sent);
+  // Idle again: the lane thread runs it.
+  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  ctx.world->barrier();
+  probe.stop();
+  plain.stop();
+  back.stop();
+  ctx.world->barrier();
+}
+
+// A handler that throws on the lane thread fails its own request, naming the actor and the error, and the
+// lane goes on; a handler there that waits on a request to another rank (its reply comes on the lane, which
+// only that thread would read) is answered.
+TEST(MpiLane, OnTheLaneThreadAThrowingHandlerFailsItsRequestAndAWaitingOneIsAnswered) {
+  MPI_ONLY();
+  const bool lane = lane_runs_inline();
+  const std::string r = std::to_string(ctx.rank);
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef back = rt.spawn_on(ctx.rank, "lqback" + r, "Counter", 0);
+  ActorRef probe = rt.spawn_on(peer, "lq" + r, "LaneProbe", true, back);
+  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  std::string e = error_of([&] { probe.request<bool>("fail", std::string("no")).get(); });
+  EXPECT_TRUE(contains(e, "request 'fail' to actor 'lq" + r + "'") && contains(e, "the handler threw: probe refused: no")) << e;
+  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  int64_t sum = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t k = 1; k <= 50; ++k) {
+    List l = probe.request<List>("nested", k).get();
+    sum += k;
+    ASSERT_EQ(l.size(), 2u);
+    EXPECT_EQ(l[0].as<int64_t>(), sum) << k;
+  }
+  // 50 nested round trips: seconds at most (a wait that slept with nobody reading the lane would time out)
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  ctx.world->barrier();
+  probe.stop();
+  back.stop();
   ctx.world->barrier();
 }
 
