@@ -78,7 +78,7 @@ Value invoke_with(const std::string& method, F& fn, const List& args, std::index
 }
 template <class T, class Tuple, size_t... I>
 std::unique_ptr<T> construct(const std::string& what, const List& args, std::index_sequence<I...> seq) {
-  Tuple typed = convert_args<Tuple>(what, args, seq);
+  [[maybe_unused]] Tuple typed = convert_args<Tuple>(what, args, seq);
   return std::make_unique<T>(std::move(std::get<I>(typed))...);
 }
 }  // namespace detail

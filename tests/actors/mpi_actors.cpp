@@ -278,7 +278,9 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   ActorRef probe = rt.spawn_on(peer, "lp" + r, "LaneProbe", true, back);
   ActorRef plain = rt.spawn_on(peer, "lpplain" + r, "LaneProbe", false, back);
   // (A handler measured long, preempted on a loaded machine, sends the next Call to the actor's thread.)
-  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  if (lane) {
+    EXPECT_GE(on_lane_count(probe, 20), 15);
+  }
   else EXPECT_EQ(on_lane_count(probe, 20), 0);
   EXPECT_EQ(on_lane_count(plain, 20), 0);
   // Busy for 500 ms on its own thread (this Call carries an ActorRef: it crosses by CAF, in the same
@@ -296,7 +298,9 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   for (size_t i = 0; i < fs.size(); ++i) EXPECT_FALSE(fs[i].get()) << "request " << i << " ran on the lane thread while the actor was busy";
   EXPECT_EQ(probe.request<std::vector<int64_t>>("seen").get(), sent);
   // Idle again: the lane thread runs it.
-  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  if (lane) {
+    EXPECT_GE(on_lane_count(probe, 20), 15);
+  }
   ctx.world->barrier();
   probe.stop();
   plain.stop();
@@ -314,10 +318,14 @@ TEST(MpiLane, OnTheLaneThreadAThrowingHandlerFailsItsRequestAndAWaitingOneIsAnsw
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef back = rt.spawn_on(ctx.rank, "lqback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "lq" + r, "LaneProbe", true, back);
-  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  if (lane) {
+    EXPECT_GE(on_lane_count(probe, 20), 15);
+  }
   std::string e = error_of([&] { probe.request<bool>("fail", std::string("no")).get(); });
   EXPECT_TRUE(contains(e, "request 'fail' to actor 'lq" + r + "'") && contains(e, "the handler threw: probe refused: no")) << e;
-  if (lane) EXPECT_GE(on_lane_count(probe, 20), 15);
+  if (lane) {
+    EXPECT_GE(on_lane_count(probe, 20), 15);
+  }
   int64_t sum = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t k = 1; k <= 50; ++k) {
@@ -410,7 +418,9 @@ TEST(MpiActors, AConnectionWithoutTheJobsSecretIsRefused) {
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       bool connected = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
       EXPECT_TRUE(connected) << ep;
-      if (connected) EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
+      if (connected) {
+        EXPECT_FALSE(auth::prove_to_listener(fd, auth::random_secret(), std::chrono::seconds(5)));
+      }
       ::close(fd);
       ::freeaddrinfo(found);
     }
@@ -509,7 +519,9 @@ TEST(MpiRemoteModule, SplitTreeMatchesTheLocalTree) {
     EXPECT_LT(max_diff((*enc)(x), y0), 1e-12);
     placed->apply("test.fill_half");
     for (const auto& [k, t] : placed->state_dict())
-      if (k != "mid.scale") EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+      if (k != "mid.scale") {
+        EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+      }
     placed->eval();
     EXPECT_FALSE(placed->get_submodule("dec.fc1")->is_training());
     EXPECT_TRUE(contains(placed->repr(), "(mid): [rank " + std::to_string(last) + "] Mid(")) << placed->repr();
@@ -603,7 +615,9 @@ TEST(MpiPlacement, ReplicatedAndShardedMatchTheLocalTree) {
     h.remove();
     placed->apply("test.fill_half");
     for (const auto& [k, t] : placed->state_dict())
-      if (k != "mid.scale") EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+      if (k != "mid.scale") {
+        EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+      }
     for (const auto& [k, t] : enc->replicas()[1]->state_dict()) EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
     placed->eval();
     EXPECT_FALSE(enc->replicas()[1]->get_submodule("fc1")->is_training());

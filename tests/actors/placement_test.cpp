@@ -199,7 +199,9 @@ TEST(Placement, EveryModuleMethodReachesEveryHost) {
       // apply by name on every copy and shard, then zero_grad
       placed->apply("test.fill_half");
       for (const auto& [k, t] : placed->state_dict())
-        if (k != "mid.scale") EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+        if (k != "mid.scale") {
+          EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
+        }
       for (const auto& rep : enc->replicas())
         for (const auto& [k, t] : rep->state_dict()) EXPECT_LT(max_diff(t, full_like(t, 0.5)), 1e-12) << k;
       {

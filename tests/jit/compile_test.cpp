@@ -96,7 +96,9 @@ TEST(Compile, MlpFloat32SameBits) {
   Tensor y = c->forward(xr);
   ASSERT_EQ(y.grad_fn()->name(), "FusedLinearStackBackward");
   for (const autograd::Edge& e : y.grad_fn()->next_edges) {
-    if (e.valid()) EXPECT_EQ(e.fn->name(), "AccumulateGrad");
+    if (e.valid()) {
+      EXPECT_EQ(e.fn->name(), "AccumulateGrad");
+    }
   }
   expect_same_step(net, c, x, 0);
   expect_same_step(net, c, randn({3, 32}), 0);  // another batch size: the plan does not depend on shapes

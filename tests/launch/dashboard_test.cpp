@@ -82,8 +82,8 @@ TEST(Dashboard, NeedsTheTokenAndGivesNoDataWithoutIt) {
   httplib::Client cli("127.0.0.1", d.port());
   std::string wrong = d.token();
   wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
-  for (const std::string path : {"/", "/app.js", "/chart.js", "/api/topology", "/api/curves"}) {
-    for (const std::string query : {std::string(""), std::string("?token="), "?token=" + wrong, "?token=" + d.token() + "0"}) {
+  for (const char* path : {"/", "/app.js", "/chart.js", "/api/topology", "/api/curves"}) {
+    for (const std::string& query : {std::string(""), std::string("?token="), "?token=" + wrong, "?token=" + d.token() + "0"}) {
       auto r = cli.Get((path + query).c_str());
       ASSERT_TRUE(r) << path << query;
       EXPECT_EQ(r->status, 403) << path << query;
@@ -91,7 +91,7 @@ TEST(Dashboard, NeedsTheTokenAndGivesNoDataWithoutIt) {
       EXPECT_FALSE(contains(r->body, "{")) << path << query;
     }
     httplib::Headers bad_cookie = {{"Cookie", "troupe_dashboard=" + wrong}};
-    auto r = cli.Get(path.c_str(), bad_cookie);
+    auto r = cli.Get(path, bad_cookie);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 403) << path;
   }
@@ -108,7 +108,9 @@ TEST(Dashboard, NeedsTheTokenAndGivesNoDataWithoutIt) {
   EXPECT_TRUE(contains(topo->body, "\"host\":\"testhost\"")) << topo->body;
   auto js = cli.Get(("/chart.js?token=" + d.token()).c_str());
   ASSERT_TRUE(js);
-  if (js->status == 200) EXPECT_TRUE(contains(js->body, "Chart")) << "libjs-chart.js's file";
+  if (js->status == 200) {
+    EXPECT_TRUE(contains(js->body, "Chart")) << "libjs-chart.js's file";
+  }
 }
 
 TEST(Dashboard, PortInUseIsOneClearError) {
