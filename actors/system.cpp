@@ -1192,33 +1192,42 @@ class System {
   /// The lane thread: polls (yielding between looks) while messages come and while its sends are in
   /// flight, then sleeps on the doorbell (at most lane_max_nap_), so idle ranks sharing cores cost little
   /// and a sleeping one wakes when a peer posts to it.
+  /// One turn of the lane thread's polling (lane_loop, and lane_wait_until inside a handler): polls the
+  /// lane when no waiter does (Calls claimed for idle inline actors go to `runs`; null: to their actors'
+  /// threads), then spins while messages came within lane_spin_ or a large send is under way (MPI moves it
+  /// only while polled), else sleeps on the doorbell at most `nap`, without the poll lock (a waiter may poll
+  /// meanwhile, and a ring wakes this thread anyway). `last`: when a message last came.
+  void lane_turn(std::vector<LaneRun>* runs, std::chrono::steady_clock::time_point& last,
+                 std::chrono::microseconds nap) {
+    bool got = false, busy = false;
+    {
+      std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
+      if (g.owns_lock()) {
+        t_lane_runs = runs;
+        got = lane_poll_some();
+        t_lane_runs = nullptr;
+        busy = !got && lane_->pending_sends() > 0;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (got) {
+      last = now;
+    } else if (busy || now - last < lane_spin_) {
+      cpu_relax();  // no sched_yield: see lane_wait
+    } else {
+      lane_->idle_wait(nap);
+    }
+  }
+
   void lane_loop() {
-    using Clock = std::chrono::steady_clock;
-    auto last = Clock::now();
+    auto last = std::chrono::steady_clock::now();
     std::vector<LaneRun> runs;
     LaneTrace::t_lane_thread = true;
     while (!lane_stop_.load(std::memory_order_relaxed)) {
-      bool got = false, busy = false;
-      {
-        std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
-        if (g.owns_lock()) {  // else a waiter polls: it gets what comes, and a ring wakes us anyway
-          t_lane_runs = lane_run_inline_ns_ > 0 ? &runs : nullptr;
-          got = lane_poll_some();
-          t_lane_runs = nullptr;
-          busy = !got && lane_->pending_sends() > 0;  // MPI moves a large message only while polled
-        }
-      }
+      lane_turn(lane_run_inline_ns_ > 0 ? &runs : nullptr, last, lane_max_nap_);
       if (!runs.empty()) {  // without the poll lock: a handler that waits polls the lane itself
         run_lane_calls(runs, true);
-        last = Clock::now();
-        continue;
-      }
-      if (got) {
-        last = Clock::now();
-      } else if (busy || Clock::now() - last < lane_spin_) {
-        cpu_relax();  // no sched_yield: see lane_wait
-      } else {
-        lane_->idle_wait(lane_max_nap_);  // without the poll lock: a waiter may poll meanwhile
+        last = std::chrono::steady_clock::now();
       }
     }
   }
@@ -1252,22 +1261,8 @@ class System {
         wait_progress() = self;
         return r;
       }
-      bool got = false, busy = false;
-      {
-        std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
-        if (g.owns_lock()) {
-          got = lane_poll_some();
-          busy = !got && lane_->pending_sends() > 0;
-        }
-      }
-      if (got) {
-        last = now;
-      } else if (busy || now - last < lane_spin_) {
-        cpu_relax();
-      } else {
-        lane_->idle_wait(std::chrono::duration_cast<std::chrono::microseconds>(
-            std::min<Clock::duration>(kLaneNestedNap, tp - now) + std::chrono::microseconds(1)));
-      }
+      lane_turn(nullptr, last, std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::min<Clock::duration>(kLaneNestedNap, tp - now) + std::chrono::microseconds(1)));
     }
     return true;
   }
@@ -1381,7 +1376,7 @@ class System {
     }
     if (item.lane_from >= 0) g_lane_trace.record(c.id, 2);
     if (error.empty()) {
-      if (h.inline_ok) {  // how long the handler takes decides where the next Call from the lane runs
+      if (h.inline_ok && h.sys->lane_run_inline_ns_ > 0) {  // how long it takes decides where the next Call from the lane runs
         const auto t0 = std::chrono::steady_clock::now();
         invoke(h, c.method, c.args.values, result, error);
         h.note_run(std::chrono::steady_clock::now() - t0);

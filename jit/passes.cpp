@@ -55,6 +55,17 @@ std::map<const Value*, int> use_counts(const Graph& g) {
   return uses;
 }
 
+// Each value that exactly one node reads and the graph does not return, with that node: a run of ops
+// (fuse_elementwise, fuse_linear_stacks) grows only along such values, which nothing else sees.
+std::map<const Value*, Node*> sole_users(const Graph& g) {
+  std::map<const Value*, int> uses = use_counts(g);  // the graph's outputs count as uses
+  std::map<const Value*, Node*> user;
+  for (Node* n : g.nodes())
+    for (const Value* in : n->inputs)
+      if (uses[in] == 1) user[in] = n;
+  return user;
+}
+
 }  // namespace
 
 size_t eliminate_dead_code(Graph& g) {
@@ -165,12 +176,7 @@ static std::vector<bool> needed_values(const FusedChain& c);
 
 size_t fuse_elementwise(Graph& g) {
   size_t made = 0;
-  std::map<const Value*, int> uses = use_counts(g);
-  std::set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
-  std::map<const Value*, Node*> user;  // the single user of a value used once
-  for (Node* n : g.nodes())
-    for (const Value* in : n->inputs)
-      if (uses[in] == 1) user[in] = n;
+  std::map<const Value*, Node*> user = sole_users(g);
   std::set<const Node*> taken;
   std::vector<Node*> nodes = g.nodes();
   for (Node* head : nodes) {
@@ -191,7 +197,7 @@ size_t fuse_elementwise(Graph& g) {
       continue;
     }
     Value* cur = head->outputs[0];
-    while (uses[cur] == 1 && !outputs.count(cur) && user.count(cur)) {
+    while (user.count(cur)) {
       Node* next = user[cur];
       if (taken.count(next) || next->inputs.empty() || next->inputs[0] != cur || !as_step(next, s)) break;
       // the chained value must be the op's tensor operand only (add(x, x) is not a scalar op anyway)
@@ -512,12 +518,7 @@ IValue run_fused_chain(const FusedChain& c, const std::vector<IValue>& args) {
 
 size_t fuse_linear_stacks(Graph& g) {
   size_t made = 0;
-  std::map<const Value*, int> uses = use_counts(g);
-  std::set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
-  std::map<const Value*, Node*> user;  // the single user of a value used once
-  for (Node* n : g.nodes())
-    for (const Value* in : n->inputs)
-      if (uses[in] == 1) user[in] = n;
+  std::map<const Value*, Node*> user = sole_users(g);
   auto linear_chain = [](const Node* n) { return n->fused && n->fused->linear_head && n->inputs.size() == 3; };
   std::set<const Node*> taken;
   std::vector<Node*> nodes = g.nodes();
@@ -525,7 +526,7 @@ size_t fuse_linear_stacks(Graph& g) {
     if (taken.count(head) || !linear_chain(head)) continue;
     std::vector<Node*> members{head};
     Value* cur = head->outputs[0];
-    while (uses[cur] == 1 && !outputs.count(cur) && user.count(cur)) {
+    while (user.count(cur)) {
       Node* next = user[cur];
       // the chained value must be the next layer's input, not its weight or bias
       if (taken.count(next) || !linear_chain(next) || next->inputs[0] != cur) break;
