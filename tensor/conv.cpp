@@ -268,14 +268,9 @@ Tensor conv_grad_weight_implicit(const Tensor& gy, const Tensor& x, const ConvGe
 
 constexpr int64_t kImplicitMinChannels = 12;
 
-// The input gradient of a stride-1 conv whose padding is at most dilation * (kernel - 1) as a conv of gy:
-// gx[n, c, ih, iw] = sum gy[n, o, ih + ph - ki*dh, iw + pw - kj*dw] w[o, c, ki, kj], i.e. gy convolved with
-// w'[c, o, a, b] = w[o, c, kh-1-a, kw-1-b] (per group) under padding d*(k-1) - p. False where that does not hold.
-bool conv_grad_input_implicit(const Tensor& gy, const Tensor& w, const ConvGeom& g, const ConvParams& p,
-                              const Tensor& gx) {
-  const int64_t ph = p.dh * (g.kh - 1) - p.ph, pw = p.dw * (g.kw - 1) - p.pw;
-  // with fewer input channels than a micro-kernel tile has rows, GEMM + col2im wastes less (M = C*kh*kw there)
-  if (p.sh != 1 || p.sw != 1 || ph < 0 || pw < 0 || g.Cg < kImplicitMinChannels) return false;
+// w'[c, o, a, b] = w[o, c, kh-1-a, kw-1-b] per group, (C, Og, kh, kw): the weight of the conv of gy that gives a
+// stride-1 conv's input gradient (the implicit-GEMM and the direct paths).
+Tensor flipped_transposed_weight(const Tensor& w, const ConvGeom& g) {
   const int64_t Cg = g.Cg, Og = g.Og, kk = g.kh * g.kw;
   Tensor wt = empty({g.C, Og, g.kh, g.kw}, w.options());
   const float* ws = w.data_ptr<float>();
@@ -287,6 +282,18 @@ bool conv_grad_input_implicit(const Tensor& gy, const Tensor& w, const ConvGeom&
         float* dst = wd + ((gi * Cg + c) * Og + o) * kk;
         for (int64_t t = 0; t < kk; ++t) dst[t] = src[kk - 1 - t];  // (a, b) <- (kh-1-a, kw-1-b)
       }
+  return wt;
+}
+
+// The input gradient of a stride-1 conv whose padding is at most dilation * (kernel - 1) as a conv of gy:
+// gx[n, c, ih, iw] = sum gy[n, o, ih + ph - ki*dh, iw + pw - kj*dw] w[o, c, ki, kj], i.e. gy convolved with
+// w'[c, o, a, b] = w[o, c, kh-1-a, kw-1-b] (per group) under padding d*(k-1) - p. False where that does not hold.
+bool conv_grad_input_implicit(const Tensor& gy, const Tensor& w, const ConvGeom& g, const ConvParams& p,
+                              const Tensor& gx) {
+  const int64_t ph = p.dh * (g.kh - 1) - p.ph, pw = p.dw * (g.kw - 1) - p.pw;
+  // with fewer input channels than a micro-kernel tile has rows, GEMM + col2im wastes less (M = C*kh*kw there)
+  if (p.sh != 1 || p.sw != 1 || ph < 0 || pw < 0 || g.Cg < kImplicitMinChannels) return false;
+  const Tensor wt = flipped_transposed_weight(w, g);
   const ConvParams pt{1, 1, ph, pw, p.dh, p.dw, p.groups};
   const ConvGeom gt = conv_geom(gy.sizes(), wt.sizes(), pt);
   if (gt.oH != g.H || gt.oW != g.W) return false;
@@ -315,14 +322,9 @@ bool conv_grad_input_direct(const Tensor& gy, const Tensor& w, const ConvGeom& g
                             const Tensor& gx) {
   const int64_t ph = p.dh * (g.kh - 1) - p.ph, pw = p.dw * (g.kw - 1) - p.pw;
   if (ph < 0 || pw < 0) return false;
-  const int64_t kk = g.kh * g.kw;
-  std::vector<float> wt(static_cast<size_t>(g.C * g.O * kk));
-  const float* ws = w.data_ptr<float>();
-  for (int64_t o = 0; o < g.O; ++o)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t t = 0; t < kk; ++t) wt[static_cast<size_t>((c * g.O + o) * kk + t)] = ws[(o * g.C + c) * kk + kk - 1 - t];
+  const Tensor wt = flipped_transposed_weight(w, g);  // one group: (C, O, kh, kw)
   const cpu::DirectConv d{g.N, g.O, g.oH, g.oW, g.C, g.kh, g.kw, ph, pw, p.dh, p.dw, g.H, g.W};
-  cpu::conv_direct_forward(d, gy.data_ptr<float>(), wt.data(), nullptr, gx.data_ptr<float>());
+  cpu::conv_direct_forward(d, gy.data_ptr<float>(), wt.data_ptr<float>(), nullptr, gx.data_ptr<float>());
   return true;
 }
 
