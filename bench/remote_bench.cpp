@@ -9,7 +9,11 @@
 //                 MPI: MPI_Send of the same buffer, MPI_Recv of an 8-byte answer (ratio = MPI / troupe). The
 //                 sink is hosted as RemoteModule's host is (its own thread, allow_inline_requests: the
 //                 realistic path of an activation, a `fwd` to a ModuleHost); a column beside it times a sink
-//                 on CAF's shared threads without inline requests (the bench's sink up to 2026-11-27)
+//                 on CAF's shared threads without inline requests (the bench's sink up to 2026-11-27).
+//                 Every timed loop starts warm on both sides: troupe's after one untimed transfer (its
+//                 threads may have slept while the other paths ran), MPI's after a barrier (both ranks
+//                 then spin in MPI). Up to 2026-11-28 troupe's loops started cold, after the raw-MPI loop
+//                 of the previous sample: at 1 MB a wake-up or two in 20 transfers cost 10-30% of it
 //   train step    two-stage MLP 784-1024-1024-10 (ReLU), batch 256: stage 1 local on rank 0, stage 2
 //                 (1024-1024, ReLU, 1024-10) hosted on rank 1; zero_grad, cross_entropy(stage2(stage1(x)), y),
 //                 backward through both ranks, DistributedOptimizer(SGD 0.01) step; and the same model run
@@ -46,6 +50,7 @@ namespace {
 bool g_quick = false;
 std::string g_only;  // --only=transfer: that case alone
 int64_t g_bytes = 0;  // --bytes=N: the transfer case at that size alone
+int64_t g_loop = 0;   // --loop=N: N lane transfers of --bytes (default 4 KB) back to back, for a profiler
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -107,6 +112,19 @@ void drive(launch::Context& ctx) {
     if (p != "local") actors::set_cross_process_path(p);
   };
 
+  if (rt.networked() && g_loop > 0) {  // --loop: the lane's transfer alone, long enough to profile
+    auto sink = rt.spawn_on(1, "bench.sink", "HostSink");
+    Tensor t = randn({(g_bytes > 0 ? g_bytes : 4096) / 4});
+    for (int i = 0; i < 100; ++i) sink.request<int64_t>("take", t).get();
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < g_loop; ++i) sink.request<int64_t>("take", t).get();
+    std::printf("loop  %lld transfers of %lld bytes on the lane: %.2f us each\n", static_cast<long long>(g_loop),
+                static_cast<long long>(t.nbytes()), secs(t0) * 1e6 / static_cast<double>(g_loop));
+    int stop[3] = {0, 0, 0};  // rank 1's raw-MPI server ends
+    MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    return;
+  }
+
   // ---- rtt
   auto lin = actors::host(rt, 1, "Linear", {16, 16});
   Tensor x = randn({4, 16});
@@ -152,11 +170,13 @@ void drive(launch::Context& ctx) {
       for (int s = 0; s < samples; ++s) {
         for (size_t k = 0; k < paths.size(); ++k) {
           use(paths[k]);
+          sink.request<int64_t>("take", t).get();  // warm, as MPI's side is after its barrier (see the file comment)
           auto t0 = Clock::now();
           for (int i = 0; i < n; ++i) sink.request<int64_t>("take", t).get();
           (k == 0 ? tr : tc).push_back(secs(t0) * 1e3 / n);
         }
         use(paths[0]);
+        shared_sink.request<int64_t>("take", t).get();
         auto t1 = Clock::now();
         for (int i = 0; i < n; ++i) shared_sink.request<int64_t>("take", t).get();
         tsh.push_back(secs(t1) * 1e3 / n);
@@ -276,6 +296,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", g_quick, "few short samples");
   app.add_option("--only", g_only, "one case alone: rtt, transfer or step")->check(CLI::IsMember({"rtt", "transfer", "step"}));
   app.add_option("--bytes", g_bytes, "the transfer case at this size alone (4096 .. 67108864)");
+  app.add_option("--loop", g_loop, "first N lane transfers of --bytes (4096 when not given) back to back, timed (for a profiler)");
   troupe::cli::add_launch_flags(app);
   app.allow_extras();
   troupe::cli::parse(app, argc, argv);

@@ -61,6 +61,11 @@ class MessageLane {
   /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
   /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
   virtual void idle_wait(std::chrono::microseconds timeout) = 0;
+  /// Another thread than idle_wait's starts (true) or ends (false) polling this rank's messages (a
+  /// thread waiting for a reply reads it itself): while one polls, posts from this node do not wake a
+  /// sleeping idle_wait (a wake-up per message, taking a core from the poller); the last to end wakes it
+  /// when a head or an unfinished send is there. Calls nest (a count).
+  virtual void polling(bool on) = 0;
   /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
   /// the latency for messages from other nodes).
   virtual bool all_on_node() const = 0;

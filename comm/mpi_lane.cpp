@@ -25,10 +25,12 @@ constexpr int64_t kChunk = int64_t{1} << 30;
 constexpr auto kOwnProgress = std::chrono::milliseconds(50);
 
 /// A rank's doorbell, in the node's shared window: `sleeping` while it waits in idle_wait, `ring`
-/// bumped (and futex-woken) by a poster that saw it sleeping.
+/// bumped (and futex-woken) by a poster that saw it sleeping and no other thread of that rank polling
+/// (`pollers`, MessageLane::polling).
 struct Doorbell {
   std::atomic<uint32_t> ring;
   std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> pollers;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
@@ -150,13 +152,33 @@ class MpiLane final : public MessageLane {
     ring(rank_);
   }
 
-  /// Wakes `r`'s idle_wait when it sleeps.
+  /// Wakes `r`'s idle_wait when it sleeps and no other thread of `r` polls (that one reads the message).
   void ring(int r) {
     Doorbell* b = bells_[r];
-    if (b && b->sleeping.load(std::memory_order_seq_cst)) {
-      b->ring.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(&b->ring);
+    if (b && b->sleeping.load(std::memory_order_seq_cst) && b->pollers.load(std::memory_order_seq_cst) == 0) wake(b);
+  }
+  static void wake(Doorbell* b) {
+    b->ring.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&b->ring);
+  }
+
+  void polling(bool on) override {
+    Doorbell* mine = bells_[rank_];
+    if (!mine) return;
+    if (on) {
+      mine->pollers.fetch_add(1, std::memory_order_seq_cst);
+      return;
     }
+    if (mine->pollers.fetch_sub(1, std::memory_order_seq_cst) != 1 || !mine->sleeping.load(std::memory_order_seq_cst)) return;
+    // The last poller leaves while the idle_wait thread sleeps: a poster that saw it polling did not ring,
+    // and its message, out before that look, is visible to this probe; sends left to progress wake it too.
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);
+    if (!flag) {
+      std::lock_guard<std::mutex> g(send_mu_);
+      flag = !out_.empty();
+    }
+    if (flag) wake(mine);
   }
 
   void idle_wait(std::chrono::microseconds timeout) override {
