@@ -57,14 +57,13 @@ constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;
-// TROUPE_ACTOR_LANE_RUN_INLINE_US=N (N > 0, 200 measured): a Call the lane thread (or a polling waiter)
-// reads for an idle actor that allows inline requests runs on that thread (no wake-up of the actor's
-// thread) when that actor's last handler took at most N us; a longer one goes to the actor's thread, so
-// that a long forward does not hold the process's other lane messages. Off by default (0): with it on,
-// most full remote_bench runs lost the CAF connection to rank 1 (remote_link_unreachable), mostly once
-// rank 0 switched to CAF's path, once in the train step on the lane alone; never with it off, and the
-// cause is not found yet (architecture.md, the lane).
-constexpr int64_t kLaneRunInlineUs = 0;
+// Inline runs (TROUPE_ACTOR_LANE_RUN_INLINE_US=N; 0 turns them off): a Call the lane thread (or a polling
+// waiter) reads for an idle actor that allows inline requests runs on that thread (no wake-up of the
+// actor's thread) when that actor's last handler took at most N us; a longer one goes to the actor's
+// thread, so that a long forward does not hold the process's other lane messages. On by default since
+// 2026-11-28 (opt-in before: a helper's loaded runs had lost the CAF connection to rank 1 in 8 of 11 full
+// remote_bench runs with it on; 0 of 29 full runs since, loaded and not; architecture.md, the lane).
+constexpr int64_t kLaneRunInlineUs = 200;
 // Which way a Call or Reply goes while the lane is on (measured by bench/remote_bench on 2 loaded cores):
 // messages whose values weigh at most kLaneSmallBytes take the lane, and so does one with a tensor of at
 // least kLaneBodyBytes (its big tensors as bodies); only one heavier than that made of smaller tensors

@@ -14,6 +14,9 @@
 //                 threads may have slept while the other paths ran), MPI's after a barrier (both ranks
 //                 then spin in MPI). Up to 2026-11-28 troupe's loops started cold, after the raw-MPI loop
 //                 of the previous sample: at 1 MB a wake-up or two in 20 transfers cost 10-30% of it
+//   stream        the same sizes as n transfers back to back, one answer after the last (a pipeline's
+//                 activations, where one transfer's latency overlaps the next): troupe's n-1 one-way
+//                 sends and a request to the sink, against n MPI_Sends and an 8-byte answer
 //   train step    two-stage MLP 784-1024-1024-10 (ReLU), batch 256: stage 1 local on rank 0, stage 2
 //                 (1024-1024, ReLU, 1024-10) hosted on rank 1; zero_grad, cross_entropy(stage2(stage1(x)), y),
 //                 backward through both ranks, DistributedOptimizer(SGD 0.01) step; and the same model run
@@ -196,6 +199,38 @@ void drive(launch::Context& ctx) {
                   b / a, tc.empty() ? 0.0 : b / c, median(tsh));
     }
   }
+  // ---- stream vs raw MPI: n transfers back to back, one answer at the end (a pipeline's activations)
+  if (rt.networked() && (g_only.empty() || g_only == "transfer")) {
+    auto sink = rt.spawn_on(1, "bench.stream_sink", "HostSink");
+    use(paths[0]);
+    std::printf("stream    bytes        lane ms     MPI ms   MPI/lane   (per transfer; n-1 one-way sends and a request)\n");
+    for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
+                          int64_t(64) << 20}) {
+      if (g_quick && bytes > (int64_t(16) << 20)) break;
+      if (g_bytes > 0 && bytes != g_bytes) continue;
+      Tensor t = randn({bytes / 4});
+      const int n = bytes >= (int64_t(16) << 20) ? 5 : bytes >= (int64_t(4) << 20) ? 20 : 50;
+      std::vector<double> tr, mp;
+      for (int i = 0; i < 3; ++i) sink.request<int64_t>("take", t).get();
+      for (int s = 0; s < samples; ++s) {
+        sink.request<int64_t>("take", t).get();  // warm
+        auto t0 = Clock::now();
+        for (int i = 0; i < n - 1; ++i) sink.send("take", t);
+        sink.request<int64_t>("take", t).get();  // one sender's messages to one actor arrive in order
+        tr.push_back(secs(t0) * 1e3 / n);
+        int cmd[3] = {2, static_cast<int>(bytes / 4), n};
+        MPI_Send(cmd, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = Clock::now();
+        for (int i = 0; i < n; ++i) MPI_Send(t.data_ptr(), static_cast<int>(bytes / 4), MPI_FLOAT, 1, 78, MPI_COMM_WORLD);
+        int64_t ack = 0;
+        MPI_Recv(&ack, 1, MPI_INT64_T, 1, 79, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        mp.push_back(secs(t0) * 1e3 / n);
+      }
+      double a = median(tr), b = median(mp);
+      std::printf("stream    %-10lld  %9.4f  %9.4f   %6.2f\n", static_cast<long long>(bytes), a, b, b / a);
+    }
+  }
   if (rt.networked()) {  // rank 1's raw-MPI server ends
     int stop[3] = {0, 0, 0};
     MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
@@ -268,7 +303,8 @@ void wait_command(MPI_Status* st) {
 }
 
 // Rank 1 under mpirun: serves the raw-MPI side of the transfer case until told to stop. A command
-// {1, floats, n} is followed by n sends, each answered by 8 bytes; MPI_Recv spins meanwhile, as raw MPI does.
+// {1, floats, n} is followed by n sends, each answered by 8 bytes; {2, floats, n} (the stream) by n sends,
+// the last one answered; MPI_Recv spins meanwhile, as raw MPI does.
 void serve_mpi() {
   std::vector<float> buf;
   while (true) {
@@ -282,7 +318,7 @@ void serve_mpi() {
     for (int i = 0; i < cmd[2]; ++i) {
       MPI_Recv(buf.data(), cmd[1], MPI_FLOAT, 0, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       int64_t ack = cmd[1];
-      MPI_Send(&ack, 1, MPI_INT64_T, 0, 79, MPI_COMM_WORLD);
+      if (cmd[0] == 1 || i == cmd[2] - 1) MPI_Send(&ack, 1, MPI_INT64_T, 0, 79, MPI_COMM_WORLD);
     }
   }
 }

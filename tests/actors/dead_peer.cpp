@@ -1,7 +1,7 @@
 // ctest actors_mpi_dead_peer: under mpirun -np 2, rank 1's process is killed (SIGKILL) while rank 0 waits
 // on a request to an actor there, and on one to an actor hosted as RemoteModule's host is, whose handler
-// runs on rank 1's lane thread when the lane's inline runs are on (ctest actors_mpi_dead_peer_inline:
-// TROUPE_ACTOR_LANE_RUN_INLINE_US=200). Rank 0 must see that request, and every later one, fail naming the
+// runs on rank 1's lane thread (the lane's inline runs, on by default; ctest
+// actors_mpi_dead_peer_not_inline turns them off: TROUPE_ACTOR_LANE_RUN_INLINE_US=0). Rank 0 must see that request, and every later one, fail naming the
 // actor and its rank, within seconds, and stop its actor system without hanging: "dead peer ok".
 // ctest actors_mpi_stopped_peer (--stopped): rank 1 is stopped (SIGSTOP) instead: "stopped peer ok".
 #include <signal.h>

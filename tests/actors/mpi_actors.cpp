@@ -161,11 +161,11 @@ std::string expected_path() {
   const char* v = std::getenv("TROUPE_ACTOR_LANE");
   return v && std::string(v) == "caf" ? "caf" : "lane";  // the lane unless CAF is asked for
 }
-// True when Calls read from the lane may run on the thread that read it (TROUPE_ACTOR_LANE_RUN_INLINE_US
-// > 0, off by default; ctest actors_mpi_np2_lane turns it on).
+// True when Calls read from the lane may run on the thread that read it (on by default;
+// TROUPE_ACTOR_LANE_RUN_INLINE_US=0 turns it off, as ctest actors_mpi_np2_lane does).
 bool lane_runs_inline() {
   const char* v = std::getenv("TROUPE_ACTOR_LANE_RUN_INLINE_US");
-  return expected_path() == "lane" && v && std::atoll(v) > 0;
+  return expected_path() == "lane" && (!v || std::atoll(v) > 0);
 }
 
 TEST(MpiLane, ItIsThePathUnlessCafIsAskedFor) {
@@ -267,8 +267,8 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
 
 // A Call read by the lane thread for an idle actor that allows inline requests runs there (no wake-up of
 // the actor's thread); one for a busy actor queues behind what runs, on the actor's thread, in the order
-// sent; an actor without inline requests always runs on its own threads. Without
-// TROUPE_ACTOR_LANE_RUN_INLINE_US, or under TROUPE_ACTOR_LANE=caf, nothing runs on a lane thread.
+// sent; an actor without inline requests always runs on its own threads. With
+// TROUPE_ACTOR_LANE_RUN_INLINE_US=0, or under TROUPE_ACTOR_LANE=caf, nothing runs on a lane thread.
 TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   MPI_ONLY();
   const bool lane = lane_runs_inline();
