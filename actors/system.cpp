@@ -50,9 +50,6 @@ constexpr int64_t kLaneInlineBytes = 32 << 10;
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
 constexpr int64_t kLaneSpinUs = 20;
-// A lane thread whose messages come in a steady back-and-forth spins twice the last gap, up to this
-// (TROUPE_ACTOR_LANE_SPIN_MAX_US; equal to _SPIN_US: a fixed window, as up to 2026-11-28).
-constexpr int64_t kLaneSpinMaxUs = 20;
 constexpr int64_t kLaneNapUs = 2000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
@@ -653,7 +650,6 @@ class System {
     lane_small_bytes_ = env_int("TROUPE_ACTOR_LANE_SMALL_BYTES", kLaneSmallBytes);
     lane_body_bytes_ = env_int("TROUPE_ACTOR_LANE_BODY_BYTES", kLaneBodyBytes);
     lane_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_US", kLaneSpinUs));
-    lane_spin_max_ = std::max(lane_spin_, std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_MAX_US", kLaneSpinMaxUs)));
     lane_max_nap_ = std::chrono::microseconds(
         std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
     lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
@@ -1211,21 +1207,8 @@ class System {
   /// threads), then spins while messages came within lane_spin_ or a large send is under way (MPI moves it
   /// only while polled), else sleeps on the doorbell at most `nap`, without the poll lock (a waiter may poll
   /// meanwhile, and a ring wakes this thread anyway). `last`: when a message last came.
-  /// When a message last came to a polling loop, and how long that loop spins after one: twice the last
-  /// quiet gap before a message (a steady back-and-forth keeps the poller awake for its next message),
-  /// at least lane_spin_ and at most lane_spin_max_; after a gap longer than that, lane_spin_.
-  struct LaneClock {
-    std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
-    std::chrono::steady_clock::duration spin{};
-  };
-  void lane_came(LaneClock& c, std::chrono::steady_clock::time_point now) const {
-    const auto gap = now - c.last;
-    c.spin = gap > lane_spin_max_ ? std::chrono::steady_clock::duration(lane_spin_)
-                                  : std::clamp<std::chrono::steady_clock::duration>(2 * gap, lane_spin_, lane_spin_max_);
-    c.last = now;
-  }
-
-  void lane_turn(std::vector<LaneRun>* runs, LaneClock& clock, std::chrono::microseconds nap) {
+  void lane_turn(std::vector<LaneRun>* runs, std::chrono::steady_clock::time_point& last,
+                 std::chrono::microseconds nap) {
     bool got = false, busy = false;
     {
       std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
@@ -1238,8 +1221,8 @@ class System {
     }
     const auto now = std::chrono::steady_clock::now();
     if (got) {
-      lane_came(clock, now);
-    } else if (busy || now - clock.last < std::max<std::chrono::steady_clock::duration>(clock.spin, lane_spin_)) {
+      last = now;
+    } else if (busy || now - last < lane_spin_) {
       cpu_relax();  // no sched_yield: see lane_wait
     } else {
       lane_->idle_wait(nap);
@@ -1247,14 +1230,14 @@ class System {
   }
 
   void lane_loop() {
-    LaneClock clock;
+    auto last = std::chrono::steady_clock::now();
     std::vector<LaneRun> runs;
     LaneTrace::t_lane_thread = true;
     while (!lane_stop_.load(std::memory_order_relaxed)) {
-      lane_turn(lane_run_inline_ns_ > 0 ? &runs : nullptr, clock, lane_max_nap_);
+      lane_turn(lane_run_inline_ns_ > 0 ? &runs : nullptr, last, lane_max_nap_);
       if (!runs.empty()) {  // without the poll lock: a handler that waits polls the lane itself
         run_lane_calls(runs, true);
-        clock.last = std::chrono::steady_clock::now();  // the next gap counts from the handler's end
+        last = std::chrono::steady_clock::now();
       }
     }
   }
@@ -1278,7 +1261,7 @@ class System {
   /// completes or `tp`; true when complete. Calls read meanwhile go to their actors' threads.
   bool lane_wait_until(const CallState& w, std::chrono::steady_clock::time_point tp) {
     using Clock = std::chrono::steady_clock;
-    LaneClock clock;
+    auto last = Clock::now();
     while (!w.done()) {
       const auto now = Clock::now();
       if (now >= tp) return w.done();
@@ -1288,7 +1271,7 @@ class System {
         wait_progress() = self;
         return r;
       }
-      lane_turn(nullptr, clock, std::chrono::duration_cast<std::chrono::microseconds>(
+      lane_turn(nullptr, last, std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::min<Clock::duration>(kLaneNestedNap, tp - now) + std::chrono::microseconds(1)));
     }
     return true;
@@ -1480,7 +1463,7 @@ class System {
   int64_t lane_inline_bytes_ = kLaneInlineBytes;
   int64_t lane_small_bytes_ = kLaneSmallBytes;
   int64_t lane_body_bytes_ = kLaneBodyBytes;
-  std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_spin_max_{kLaneSpinMaxUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
+  std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;
   std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)

@@ -1,0 +1,134 @@
+// comm::MessageLane over MPI (the actor layer's lane): heads and tensor bodies in posting order, a body
+// whose size differs from the one announced refused, and the doorbell: a post wakes a rank sleeping in
+// idle_wait, except while another thread of that rank polls (MessageLane::polling), whose end wakes it.
+// Each test skips unless started by mpirun with more than one rank; ctest runs them in comm_mpi_np2/np4
+// (`--gtest_filter=Mpi*`). Ranks 0 and 1 exchange; the others take part in the collective set-up only.
+#ifdef TROUPE_HAVE_MPI
+
+#include <troupe/comm/comm.h>
+#include <troupe/comm/message_lane.h>
+#include <troupe/tensor/ops.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+using namespace troupe;
+using namespace troupe::comm;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+ProcessGroupPtr lane_world() {
+  static ProcessGroupPtr w = [] {
+    GroupOptions o;
+    o.timeout = 60s;
+    auto g = make_mpi_world(o);
+    std::atexit([] { mpi_finalize(); });
+    return g;
+  }();
+  return w;
+}
+
+#define LANE_SETUP(pg, lane)                                                 \
+  if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";        \
+  ProcessGroupPtr pg = lane_world();                                         \
+  if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";          \
+  auto lane = make_message_lane(pg);                                         \
+  ASSERT_NE(lane, nullptr);
+
+/// Polls until a head comes (at most 10 s).
+MessageLane::Incoming next_head(MessageLane& lane) {
+  const auto until = Clock::now() + 10s;
+  while (Clock::now() < until) {
+    if (auto m = lane.poll()) return *m;
+    std::this_thread::sleep_for(50us);
+  }
+  ADD_FAILURE() << "no head within 10 s on rank " << lane.rank();
+  return {};
+}
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+TEST(MpiMessageLane, HeadsAndBodiesArriveInPostingOrderIntoFreshTensors) {
+  LANE_SETUP(pg, lane);
+  if (pg->rank() == 0) {
+    lane->post(1, "a", {arange(1000, TensorOptions().dtype(kFloat32))});
+    lane->post(1, "b", {});
+    lane->post(1, "c", {full({7}, -3, TensorOptions().dtype(kInt64)), arange(65537, TensorOptions().dtype(kFloat64))});
+    lane->post(1, "d", {ones({4}, TensorOptions().dtype(kFloat32))});
+    while (lane->pending_sends() > 0) std::this_thread::sleep_for(100us);
+  } else if (pg->rank() == 1) {
+    auto a = next_head(*lane);
+    EXPECT_EQ(a.source, 0);
+    EXPECT_EQ(a.head, "a");
+    Tensor ta = lane->recv_body(0, kFloat32, {1000}, 10000ms);
+    EXPECT_EQ(ta.dtype(), kFloat32);
+    EXPECT_TRUE(equal(ta, arange(1000, TensorOptions().dtype(kFloat32))));
+    EXPECT_EQ(next_head(*lane).head, "b");
+    EXPECT_EQ(next_head(*lane).head, "c");
+    Tensor tc0 = lane->recv_body(0, kInt64, {7}, 10000ms);
+    Tensor tc1 = lane->recv_body(0, kFloat64, {65537}, 10000ms);
+    EXPECT_TRUE(equal(tc0, full({7}, -3, TensorOptions().dtype(kInt64))));
+    EXPECT_TRUE(equal(tc1, arange(65537, TensorOptions().dtype(kFloat64))));
+    // A body announced as 8 floats where 4 came: refused, naming both sizes; the message is consumed.
+    EXPECT_EQ(next_head(*lane).head, "d");
+    try {
+      lane->recv_body(0, kFloat32, {8}, 10000ms);
+      ADD_FAILURE() << "a 16-byte body taken as 32 bytes";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("holds 16 bytes where 32 were announced"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(lane->poll().has_value());
+  }
+  pg->barrier();
+}
+
+// Rank 1 sleeps in idle_wait (5 s at most) while its main thread declares itself polling: rank 0's post
+// must not wake it (the poller reads the message); the poller's end, 400 ms later, must (a head is
+// there). Then the same without a poller: the post wakes the sleeper at once.
+TEST(MpiMessageLane, APollerKeepsPostsFromWakingTheSleeperAndItsEndWakesIt) {
+  LANE_SETUP(pg, lane);
+  if (!lane->all_on_node()) GTEST_SKIP() << "the doorbell needs every rank on one node";
+  for (bool poller : {true, false}) {
+    double slept_ms = -1, poller_end_ms = -1;
+    std::thread sleeper;
+    Clock::time_point t0;
+    if (pg->rank() == 1) {
+      if (poller) lane->polling(true);
+      t0 = Clock::now();
+      sleeper = std::thread([&] {
+        lane->idle_wait(5000ms);
+        slept_ms = ms_since(t0);
+      });
+      std::this_thread::sleep_for(100ms);  // asleep before rank 0 posts
+    }
+    pg->barrier();
+    if (pg->rank() == 0) lane->post(1, poller ? "with poller" : "without", {});
+    if (pg->rank() == 1) {
+      if (poller) {
+        std::this_thread::sleep_for(400ms);
+        poller_end_ms = ms_since(t0);
+        lane->polling(false);
+      }
+      sleeper.join();
+      const std::string what = poller ? "with a poller" : "without a poller";
+      if (poller) {
+        EXPECT_GE(slept_ms, poller_end_ms) << what << ": the post woke the sleeper while another thread polled";
+        EXPECT_LT(slept_ms, poller_end_ms + 2000) << what << ": the poller's end did not wake the sleeper";
+      } else {
+        EXPECT_LT(slept_ms, 2000) << what << ": the post did not wake the sleeper";
+      }
+      EXPECT_EQ(next_head(*lane).head, poller ? "with poller" : "without");
+    }
+    pg->barrier();
+  }
+}
+
+#endif  // TROUPE_HAVE_MPI
