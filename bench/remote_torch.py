@@ -18,6 +18,12 @@ import socket
 import statistics
 import time
 
+# One thread per rank, as troupe's side: torch.set_num_threads(1) below leaves Debian's OpenBLAS (pthreads)
+# its own pool of one thread per core, so until 2026-11-28 every GEMM here ran on both cores (the remote
+# train step took 102-116 ms so against 154 ms on one thread). Set before torch loads OpenBLAS.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
 import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
