@@ -43,8 +43,12 @@ constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router f
 constexpr int64_t kStopWaitS = 10;
 // The lane (Calls and Replies between the processes of an MPI job as MPI messages; see System::lane_call).
 // Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
-// tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES).
-constexpr int64_t kLaneInlineBytes = 32 << 10;
+// tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES). 4 KB: a head
+// above vader's eager limit (4 KB with MPI's header) goes by rendezvous and is copied twice, where a small
+// head and a body do not (2026-11-28, --loop, quiet, 4 alternations: 4 KB 11.6-12.3 us a request as a
+// body against 13.0-13.9 us in the head, 8 KB 12.2-12.4 against 14.2-15.2, 16 KB 12.6 against 18.4-19.3;
+// at 1-3 KB the head is as fast or faster). Up to then 32 KB.
+constexpr int64_t kLaneInlineBytes = 4 << 10;
 // The lane thread polls (yielding the core between looks) for this long after the last message and while
 // its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when

@@ -232,9 +232,9 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
   MPI_ONLY();
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef echo = rt.spawn_on(peer, "big" + std::to_string(ctx.rank), "Counter", 0);
-  // across the lane's limits: a tensor inside the head (< 32 KB), one as a body in a message of at most
+  // across the lane's limits: a tensor inside the head (< 4 KB), one as a body in a message of at most
   // 1 MB, just under and at 1 MB, and beyond
-  for (int64_t bytes : {int64_t{4} << 10, (int64_t{32} << 10) - 4, int64_t{32} << 10, int64_t{64} << 10,
+  for (int64_t bytes : {(int64_t{4} << 10) - 4, int64_t{4} << 10, (int64_t{32} << 10) - 4, int64_t{32} << 10, int64_t{64} << 10,
                         (int64_t{1} << 20) - 4, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
     Tensor t = randn({bytes / 4});
     Tensor back = echo.request<Tensor>("echo", t).get();
