@@ -6,6 +6,7 @@
 namespace troupe::comm::mpi_impl {
 
 void Engine::timed_out(const OpPtr& op) {
+  timed_out_once_.store(true);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(opts_.timeout).count();
   std::string msg = op->label() + ": did not complete within " + std::to_string(ms) + " ms";
   if (!op->p2p) msg += "; ranks not arrived: " + not_arrived(op->seq);

@@ -306,8 +306,11 @@ void Engine::shutdown(const std::string& why) {
     std::lock_guard<std::mutex> g(g_leak_mu);
     for (auto& o : orphans_) g_leaked.push_back(o.op);
   }
-  // A communicator with active collectives cannot be freed (libnbc would use it after): it leaks too.
-  if (alive && orphans_.empty()) {
+  // A communicator with active collectives cannot be freed (libnbc would use it after): it leaks too, as
+  // do those of a group whose op timed out: a late rank may still send on them (comm_mpi_np3 once
+  // crashed in ob1's matching of such a message, MpiTimeout.StoppedRankIsNamedAsNotAnswering: the
+  // stopped rank's answer to the diagnosis query came after the others had freed the group).
+  if (alive && orphans_.empty() && !timed_out_once_.load()) {
     for (MPI_Comm* c : {&comm_, &coll_comm_, &diag_comm_}) {
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }

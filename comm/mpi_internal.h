@@ -410,6 +410,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t query_in_ = 0;
   MPI_Request query_req_ = MPI_REQUEST_NULL;
   std::vector<Orphan> replies_;
+  // An op of this group timed out: a rank that was late (stopped, stalled) may still send to this one
+  // afterwards (its part of the collective, its answer to our query), so shutdown keeps the
+  // communicators (a message for a freed one crashes Open MPI's matching).
+  std::atomic<bool> timed_out_once_{false};
   std::atomic<int64_t> pending_{0};  // submitted, not yet retired
   std::atomic<size_t> orphan_count_{0};
 
