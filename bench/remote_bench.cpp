@@ -61,6 +61,23 @@ double median(std::vector<double> v) {
 }
 double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The sizes of the transfer and stream cases: 4 KB .. 64 MB (--quick: up to 16 MB; --bytes: that one).
+std::vector<int64_t> transfer_sizes() {
+  std::vector<int64_t> out;
+  for (int64_t b : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
+                    int64_t(64) << 20}) {
+    if (g_quick && b > (int64_t(16) << 20)) break;
+    if (g_bytes <= 0 || b == g_bytes) out.push_back(b);
+  }
+  return out;
+}
+
+// Ends rank 1's raw-MPI server (serve_mpi).
+void stop_mpi_server() {
+  int stop[3] = {0, 0, 0};
+  MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+}
+
 // On CAF's shared threads, no inline requests.
 struct Sink : actors::Actor {
   Sink() {
@@ -123,8 +140,7 @@ void drive(launch::Context& ctx) {
     for (int64_t i = 0; i < g_loop; ++i) sink.request<int64_t>("take", t).get();
     std::printf("loop  %lld transfers of %lld bytes on the lane: %.2f us each\n", static_cast<long long>(g_loop),
                 static_cast<long long>(t.nbytes()), secs(t0) * 1e6 / static_cast<double>(g_loop));
-    int stop[3] = {0, 0, 0};  // rank 1's raw-MPI server ends
-    MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    stop_mpi_server();
     return;
   }
 
@@ -157,10 +173,7 @@ void drive(launch::Context& ctx) {
     auto sink = rt.spawn_on(1, "bench.sink", "HostSink");
     auto shared_sink = rt.spawn_on(1, "bench.shared_sink", "Sink");
     std::printf("transfer  bytes        lane ms    caf ms     MPI ms   MPI/lane  MPI/caf   lane ms (shared-thread sink)\n");
-    for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
-                          int64_t(64) << 20}) {
-      if (g_quick && bytes > (int64_t(16) << 20)) break;
-      if (g_bytes > 0 && bytes != g_bytes) continue;
+    for (int64_t bytes : transfer_sizes()) {
       Tensor t = randn({bytes / 4});
       const int n = bytes >= (int64_t(16) << 20) ? 5 : 20;
       std::vector<double> tr, tc, mp, tsh;
@@ -204,10 +217,7 @@ void drive(launch::Context& ctx) {
     auto sink = rt.spawn_on(1, "bench.stream_sink", "HostSink");
     use(paths[0]);
     std::printf("stream    bytes        lane ms     MPI ms   MPI/lane   (per transfer; n-1 one-way sends and a request)\n");
-    for (int64_t bytes : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(4) << 20, int64_t(16) << 20,
-                          int64_t(64) << 20}) {
-      if (g_quick && bytes > (int64_t(16) << 20)) break;
-      if (g_bytes > 0 && bytes != g_bytes) continue;
+    for (int64_t bytes : transfer_sizes()) {
       Tensor t = randn({bytes / 4});
       const int n = bytes >= (int64_t(16) << 20) ? 5 : bytes >= (int64_t(4) << 20) ? 20 : 50;
       std::vector<double> tr, mp;
@@ -232,8 +242,7 @@ void drive(launch::Context& ctx) {
     }
   }
   if (rt.networked()) {  // rank 1's raw-MPI server ends
-    int stop[3] = {0, 0, 0};
-    MPI_Send(stop, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    stop_mpi_server();
   }
 
   if (!g_only.empty() && g_only != "step") return;

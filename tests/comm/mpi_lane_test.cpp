@@ -8,6 +8,7 @@
 #include <troupe/comm/comm.h>
 #include <troupe/comm/message_lane.h>
 #include <troupe/tensor/ops.h>
+#include "mpi_world.h"
 
 #include <gtest/gtest.h>
 
@@ -23,20 +24,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-ProcessGroupPtr lane_world() {
-  static ProcessGroupPtr w = [] {
-    GroupOptions o;
-    o.timeout = 60s;
-    auto g = make_mpi_world(o);
-    std::atexit([] { mpi_finalize(); });
-    return g;
-  }();
-  return w;
-}
-
 #define LANE_SETUP(pg, lane)                                                 \
   if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";        \
-  ProcessGroupPtr pg = lane_world();                                         \
+  ProcessGroupPtr pg = troupe::testing::mpi_test_world();                   \
   if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";          \
   auto lane = make_message_lane(pg);                                         \
   ASSERT_NE(lane, nullptr);

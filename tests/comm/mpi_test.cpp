@@ -6,6 +6,7 @@
 
 #include <troupe/comm/comm.h>
 #include <troupe/tensor/ops.h>
+#include "mpi_world.h"
 
 #include <gtest/gtest.h>
 
@@ -28,22 +29,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The world for these tests (60 s timeout, so that a failing test cannot hang ctest); MPI is
-// finalised at exit.
-ProcessGroupPtr mpi_world() {
-  static ProcessGroupPtr w = [] {
-    GroupOptions o;
-    o.timeout = 60s;
-    auto g = make_mpi_world(o);
-    std::atexit([] { mpi_finalize(); });
-    return g;
-  }();
-  return w;
-}
-
 #define MPI_SETUP(pg)                                                              \
   if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";              \
-  ProcessGroupPtr pg = mpi_world();                                                \
+  ProcessGroupPtr pg = troupe::testing::mpi_test_world();                         \
   if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
 
 const std::vector<ScalarType> kDtypes = {kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kFloat16};

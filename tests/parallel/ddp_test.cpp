@@ -6,6 +6,7 @@
 #include <troupe/optim/optim.h>
 #include <troupe/parallel/parallel.h>
 
+#include "mpi_world.h"
 #include "parallel_helpers.h"
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/autograd.h>
@@ -592,22 +593,10 @@ TEST(DdpBuffers, RankZerosBuffersAreBroadcast) {
 // ------------------------------------------------------------------------------- mpi (under mpirun)
 
 #ifdef TROUPE_HAVE_MPI
-namespace {
-ProcessGroupPtr ddp_mpi_world() {
-  static ProcessGroupPtr w = [] {
-    GroupOptions o;
-    o.timeout = 60s;
-    auto g = make_mpi_world(o);
-    std::atexit([] { mpi_finalize(); });
-    return g;
-  }();
-  return w;
-}
-}  // namespace
 
 #define DDP_MPI_SETUP(pg)                                                   \
   if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";       \
-  ProcessGroupPtr pg = ddp_mpi_world();                                     \
+  ProcessGroupPtr pg = troupe::testing::mpi_test_world();                  \
   if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";
 
 TEST(DdpMpi, MatchesOneProcessOnTheConcatenatedBatch) {

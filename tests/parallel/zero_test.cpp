@@ -13,6 +13,7 @@
 #include <troupe/optim/optim.h>
 #include <troupe/parallel/parallel.h>
 
+#include "mpi_world.h"
 #include "parallel_helpers.h"
 #include <troupe/nn/nn.h>
 #include <troupe/tensor/autograd.h>
@@ -1009,22 +1010,10 @@ TEST(ZeroErrors, OneWrapperPerParameter) {
 // ------------------------------------------------------------------------------- mpi (under mpirun)
 
 #ifdef TROUPE_HAVE_MPI
-namespace {
-ProcessGroupPtr zero_mpi_world() {
-  static ProcessGroupPtr w = [] {
-    GroupOptions o;
-    o.timeout = 60s;
-    auto g = make_mpi_world(o);
-    std::atexit([] { mpi_finalize(); });
-    return g;
-  }();
-  return w;
-}
-}  // namespace
 
 #define ZERO_MPI_SETUP(pg)                                                  \
   if (!started_by_mpirun()) GTEST_SKIP() << "not started by mpirun";       \
-  ProcessGroupPtr pg = zero_mpi_world();                                    \
+  ProcessGroupPtr pg = troupe::testing::mpi_test_world();                  \
   if (pg->size() < 2) GTEST_SKIP() << "needs mpirun -np 2 or more";        \
   if (kGlobalRows % pg->size() != 0) GTEST_SKIP() << "needs a world size dividing " << kGlobalRows;
 
