@@ -42,13 +42,15 @@ constexpr auto kTick = std::chrono::milliseconds(20);  // how often the router f
 // first) (TROUPE_ACTOR_STOP_S).
 constexpr int64_t kStopWaitS = 10;
 // The lane (Calls and Replies between the processes of an MPI job as MPI messages; see System::lane_call).
-// Tensors of at least this many bytes travel as bodies of their own (sent from and received into the
-// tensor's memory); smaller ones are copied into the head (TROUPE_ACTOR_LANE_INLINE_BYTES). 4 KB: a head
-// above vader's eager limit (4 KB with MPI's header) goes by rendezvous and is copied twice, where a small
-// head and a body do not (2026-11-28, --loop, quiet, 4 alternations: 4 KB 11.6-12.3 us a request as a
-// body against 13.0-13.9 us in the head, 8 KB 12.2-12.4 against 14.2-15.2, 16 KB 12.6 against 18.4-19.3;
-// at 1-3 KB the head is as fast or faster). Up to then 32 KB.
-constexpr int64_t kLaneInlineBytes = 4 << 10;
+// A message's tensors are copied into its head while their bytes together stay within the lane's eager
+// limit (MessageLane::eager_bytes) less kLaneHeadRoom for the head's other fields; the others travel as
+// bodies of their own (sent from and received into the tensor's memory). TROUPE_ACTOR_LANE_INLINE_BYTES
+// sets that budget. A head above MPI's eager limit goes by rendezvous and is copied twice, where a small
+// head and a body do not (2026-11-28, --loop, quiet, 4 alternations, vader's eager limit 4 KB: 4 KB 11.6-
+// 12.3 us a request as a body against 13.0-13.9 us in the head, 8 KB 12.2-12.4 against 14.2-15.2, 16 KB
+// 12.6 against 18.4-19.3; at 1-3 KB the head is as fast or faster). Up to then 32 KB for every size, then
+// 4 KB (any tensor below it in the head) until the budget followed the eager limit.
+constexpr int64_t kLaneHeadRoom = 256;
 // The lane thread polls (yielding the core between looks) for this long after the last message and while
 // its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
@@ -331,18 +333,28 @@ struct Host : InlineRunner {
     running_ = true;
     return true;
   }
+  /// For the lane thread that claimed this actor (claim_idle) for `claimed` Calls of the poll under way:
+  /// true when the Call just read may run there too, after them (instead of queueing for the actor's
+  /// thread, which that would wake while the lane thread runs the first): nothing else queued for it
+  /// meanwhile, and its last handler's time, times the Calls so claimed, at most `max_ns`.
+  bool extend_claim(int64_t max_ns, int64_t claimed) {
+    const int64_t last = last_run_ns_.load(std::memory_order_relaxed);
+    if (last < 0 || (claimed + 1) * std::max<int64_t>(last, 1) > max_ns) return false;
+    std::lock_guard<SpinLock> g(mu_);
+    return running_ && !closed_ && !posted_ && q_.empty();
+  }
   /// Records how long a handler of this actor took (claim_idle's measure).
   void note_run(std::chrono::steady_clock::duration d) {
     last_run_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), std::memory_order_relaxed);
   }
-  /// Runs `it` after claim_idle() on this thread, then the host is idle again (a drain posted for what
-  /// came meanwhile).
-  void run_claimed(Item& it) {
+  /// Runs `it` after claim_idle() on this thread; after the `last` Call claimed, the host is idle again
+  /// (a drain posted for what came meanwhile).
+  void run_claimed(Item& it, bool last) {
     {
       InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
       run(it);
     }
-    end_inline();
+    if (last) end_inline();
   }
   /// The handler of `method` (null: none), remembering the last one looked up.
   Handler* handler(std::unordered_map<std::string, Handler>& handlers, const std::string& method) {
@@ -639,7 +651,7 @@ class System {
   //
   // Every Call from this process to another gets the next number of this process's sequence to that
   // process; the receiver hands Calls to their actors in that order (deliver), whichever way each came: on
-  // the lane (values without ActorRefs: one head, tensors of at least kLaneInlineBytes as bodies), or by
+  // the lane (values without ActorRefs: one head, tensors beyond the eager budget as bodies), or by
   // CAF to the receiver's router as a Routed (values with ActorRefs, whose proxies CAF makes). So one
   // thread's messages to one actor arrive in the order sent. Replies need no order: a Reply whose value
   // holds an ActorRef goes by CAF to the caller's router, any other on the lane. The failure detector
@@ -650,7 +662,7 @@ class System {
   /// processes take it.
   void start_lane(std::shared_ptr<comm::MessageLane> lane) {
     lane_ = std::move(lane);
-    lane_inline_bytes_ = env_int("TROUPE_ACTOR_LANE_INLINE_BYTES", kLaneInlineBytes);
+    lane_inline_bytes_ = env_int("TROUPE_ACTOR_LANE_INLINE_BYTES", lane_->eager_bytes() - kLaneHeadRoom);
     lane_small_bytes_ = env_int("TROUPE_ACTOR_LANE_SMALL_BYTES", kLaneSmallBytes);
     lane_body_bytes_ = env_int("TROUPE_ACTOR_LANE_BODY_BYTES", kLaneBodyBytes);
     lane_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_US", kLaneSpinUs));
@@ -1093,14 +1105,20 @@ class System {
 
   uint64_t next_seq(int dest) { return seq_out_[dest].fetch_add(1, std::memory_order_relaxed) + 1; }
 
-  /// The lane's head (fields and the values' blob) for `values`; tensors of at least lane_inline_bytes_ go
-  /// to `bodies` (contiguous CPU), their sizes into lh.bodies.
+  /// The lane's head (fields and the values' blob) for `values`: tensors in it, in order, while their bytes
+  /// together stay within lane_inline_bytes_; the others to `bodies` (contiguous CPU), their sizes into
+  /// lh.bodies.
   std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies) {
     std::string blob;
+    int64_t inlined = 0;
     wire::encode(
         values, blob, [](const ActorRef&) -> uint32_t { throw ActorError("[actors] wire: an ActorRef on the lane"); },
         [&](const Tensor& t0) -> int64_t {
-          if (static_cast<int64_t>(t0.nbytes()) < lane_inline_bytes_) return -1;
+          const int64_t n = static_cast<int64_t>(t0.nbytes());
+          if (inlined + n <= lane_inline_bytes_) {
+            inlined += n;
+            return -1;
+          }
           Tensor t = t0.is_cpu() ? t0 : t0.cpu();
           if (!t.is_contiguous()) t = t.contiguous();
           bodies.push_back(t);
@@ -1132,9 +1150,14 @@ class System {
       // Read by the lane thread, for an idle actor that allows inline requests: run on the lane thread
       // after the poll (run_lane_calls), instead of waking the actor's thread; what comes for it meanwhile
       // queues behind it (running_ is set), so one message at a time and the sender's order hold.
-      if (t_lane_runs && it.lane_from >= 0 && !it.exit && h->claim_idle(lane_run_inline_ns_)) {
-        t_lane_runs->push_back(LaneRun{std::move(h), std::move(it)});
-        return;
+      // A Call for an actor already claimed in this poll runs after the ones claimed (extend_claim).
+      if (t_lane_runs && it.lane_from >= 0 && !it.exit) {
+        int64_t claimed = 0;
+        for (const LaneRun& r : *t_lane_runs) claimed += r.host == h ? 1 : 0;
+        if (claimed > 0 ? h->extend_claim(lane_run_inline_ns_, claimed) : h->claim_idle(lane_run_inline_ns_)) {
+          t_lane_runs->push_back(LaneRun{std::move(h), std::move(it)});
+          return;
+        }
       }
       auto gone = h->push(std::move(it), caf::actor_cast<caf::actor>(h->addr));
       if (!gone) return;
@@ -1254,7 +1277,11 @@ class System {
   void run_lane_calls(std::vector<LaneRun>& runs, bool lane_thread) {
     t_lane_handler = true;
     if (lane_thread) wait_progress() = &lane_progress_;
-    for (auto& r : runs) r.host->run_claimed(r.item);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      bool last = true;  // the last Call claimed for its actor in this poll
+      for (size_t j = i + 1; j < runs.size() && last; ++j) last = runs[j].host != runs[i].host;
+      runs[i].host->run_claimed(runs[i].item, last);
+    }
     if (lane_thread) wait_progress() = nullptr;
     t_lane_handler = false;
     runs.clear();
@@ -1464,7 +1491,7 @@ class System {
   std::shared_ptr<LaneWaiter> lane_waiter_;
   LaneProgress lane_progress_{this};
   int64_t lane_run_inline_ns_ = kLaneRunInlineUs * 1000;  // see kLaneRunInlineUs (0: off)
-  int64_t lane_inline_bytes_ = kLaneInlineBytes;
+  int64_t lane_inline_bytes_ = 0;
   int64_t lane_small_bytes_ = kLaneSmallBytes;
   int64_t lane_body_bytes_ = kLaneBodyBytes;
   std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};

@@ -54,6 +54,7 @@ bool g_quick = false;
 std::string g_only;  // --only=transfer: that case alone
 int64_t g_bytes = 0;  // --bytes=N: the transfer case at that size alone
 int64_t g_loop = 0;   // --loop=N: N lane transfers of --bytes (default 4 KB) back to back, for a profiler
+bool g_loop_stream = false;  // --loop-stream: --loop's transfers one-way, a request after each 100
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -137,9 +138,31 @@ void drive(launch::Context& ctx) {
     Tensor t = randn({(g_bytes > 0 ? g_bytes : 4096) / 4});
     for (int i = 0; i < 100; ++i) sink.request<int64_t>("take", t).get();
     auto t0 = Clock::now();
-    for (int64_t i = 0; i < g_loop; ++i) sink.request<int64_t>("take", t).get();
-    std::printf("loop  %lld transfers of %lld bytes on the lane: %.2f us each\n", static_cast<long long>(g_loop),
-                static_cast<long long>(t.nbytes()), secs(t0) * 1e6 / static_cast<double>(g_loop));
+    for (int64_t i = 0; i < g_loop; ++i) {
+      if (g_loop_stream && i % 100 != 99) {
+        sink.send("take", t);
+      } else {
+        sink.request<int64_t>("take", t).get();
+      }
+    }
+    const double lane_us = secs(t0) * 1e6 / static_cast<double>(g_loop);
+    // The same on raw MPI (the stream: an answer after the last only).
+    const int64_t n = std::min<int64_t>(g_loop, 1 << 30);
+    int cmd[3] = {g_loop_stream ? 2 : 1, static_cast<int>(t.numel()), static_cast<int>(n)};
+    MPI_Send(cmd, 3, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = Clock::now();
+    for (int64_t i = 0; i < n; ++i) {
+      MPI_Send(t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT, 1, 78, MPI_COMM_WORLD);
+      if (!g_loop_stream || i == n - 1) {
+        int64_t ack = 0;
+        MPI_Recv(&ack, 1, MPI_INT64_T, 1, 79, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+    const double mpi_us = secs(t0) * 1e6 / static_cast<double>(n);
+    std::printf("loop  %lld %s of %lld bytes: lane %.2f us each, raw MPI %.2f us (MPI/lane %.2f)\n",
+                static_cast<long long>(g_loop), g_loop_stream ? "one-way transfers (a request each 100th)" : "transfers",
+                static_cast<long long>(t.nbytes()), lane_us, mpi_us, mpi_us / lane_us);
     stop_mpi_server();
     return;
   }
@@ -175,7 +198,9 @@ void drive(launch::Context& ctx) {
     std::printf("transfer  bytes        lane ms    caf ms     MPI ms   MPI/lane  MPI/caf   lane ms (shared-thread sink)\n");
     for (int64_t bytes : transfer_sizes()) {
       Tensor t = randn({bytes / 4});
-      const int n = bytes >= (int64_t(16) << 20) ? 5 : 20;
+      // At least 4 MB or 20 transfers a sample, at most 1,000 (4 KB: 20 transfers, 0.2 ms, made a wake-up
+      // or a preemption of either side a tenth of the sample, up to 2026-11-28)
+      const int n = bytes >= (int64_t(16) << 20) ? 5 : static_cast<int>(std::clamp<int64_t>((int64_t(4) << 20) / bytes, 20, 1000));
       std::vector<double> tr, tc, mp, tsh;
       for (const auto& p : paths) {  // warm-up: first calls, the caching allocator's blocks of this size
         use(p);
@@ -219,7 +244,10 @@ void drive(launch::Context& ctx) {
     std::printf("stream    bytes        lane ms     MPI ms   MPI/lane   (per transfer; n-1 one-way sends and a request)\n");
     for (int64_t bytes : transfer_sizes()) {
       Tensor t = randn({bytes / 4});
-      const int n = bytes >= (int64_t(16) << 20) ? 5 : bytes >= (int64_t(4) << 20) ? 20 : 50;
+      // At least 16 MB or 50 transfers a sample, at most 1,000 (50 up to 2026-11-28: 0.15 ms at 4 KB)
+      const int n = bytes >= (int64_t(16) << 20) ? 5
+                    : bytes >= (int64_t(4) << 20) ? 20
+                                                  : static_cast<int>(std::clamp<int64_t>((int64_t(16) << 20) / bytes, 50, 1000));
       std::vector<double> tr, mp;
       for (int i = 0; i < 3; ++i) sink.request<int64_t>("take", t).get();
       for (int s = 0; s < samples; ++s) {
@@ -299,15 +327,16 @@ void drive(launch::Context& ctx) {
   }
 }
 
-// Waits for rank 0's next command without spinning: MPI_Iprobe, then 200 us asleep. A blocking MPI_Probe or
+// Waits for rank 0's next command without spinning: MPI_Iprobe, then 2 ms asleep. A blocking MPI_Probe or
 // MPI_Recv busy-polls (Open MPI) for as long as it waits; rank 1 waiting so for its next command took a core
 // and MPI's progress lock from its own lane thread while rank 0 timed the troupe cases (until 2026-11-27 it
-// also spun 2 ms after each raw-MPI loop, into the lane's timed loop that came next).
+// also spun 2 ms after each raw-MPI loop, into the lane's timed loop that came next). Until 2026-11-28 it
+// slept 200 us: 5,000 wake-ups a second, each taking the core of rank 1's lane thread on 2 cores.
 void wait_command(MPI_Status* st) {
   for (int flag = 0;;) {
     MPI_Iprobe(0, 77, MPI_COMM_WORLD, &flag, st);
     if (flag) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 }
 
@@ -341,6 +370,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", g_quick, "few short samples");
   app.add_option("--only", g_only, "one case alone: rtt, transfer or step")->check(CLI::IsMember({"rtt", "transfer", "step"}));
   app.add_option("--bytes", g_bytes, "the transfer case at this size alone (4096 .. 67108864)");
+  app.add_flag("--loop-stream", g_loop_stream, "--loop's transfers one-way, each 100th a request (the stream case)");
   app.add_option("--loop", g_loop, "first N lane transfers of --bytes (4096 when not given) back to back, timed (for a profiler)");
   troupe::cli::add_launch_flags(app);
   app.allow_extras();

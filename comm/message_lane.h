@@ -56,7 +56,9 @@ class MessageLane {
   virtual void skip_body(int source, int64_t nbytes, std::chrono::milliseconds timeout) = 0;
   /// Makes recv_body give up at once from now on (shutdown).
   virtual void abort() = 0;
-  /// Posted messages (heads and bodies) not yet sent.
+  /// Posted messages (heads and bodies) not yet sent that need this process to poll MPI to move: those
+  /// above MPI's eager limit (a smaller one is copied out as it is posted and reaches the peer by itself;
+  /// its request is reclaimed at the next post or poll).
   virtual size_t pending_sends() = 0;
   /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
   /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
@@ -66,6 +68,9 @@ class MessageLane {
   /// sleeping idle_wait (a wake-up per message, taking a core from the poller); the last to end wakes it
   /// when a head or an unfinished send is there. Calls nest (a count).
   virtual void polling(bool on) = 0;
+  /// The largest message (head or body) MPI sends eagerly between the ranks of this node: copied out as
+  /// it is posted, it reaches the peer without this process polling again (see pending_sends).
+  virtual int64_t eager_bytes() const = 0;
   /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
   /// the latency for messages from other nodes).
   virtual bool all_on_node() const = 0;

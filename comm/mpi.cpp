@@ -458,6 +458,13 @@ ProcessGroupPtr make_mpi_world(GroupOptions options) {
     // libnbc's default MPI_Iallreduce algorithms (binomial / Rabenseifner) ran 2-4x slower than the
     // blocking MPI_Allreduce here; its ring matches it. A value the user set wins.
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+    // Open MPI's shared-memory transport sends messages up to its eager limit (4 KB with its header by
+    // default) at once and larger ones by rendezvous, which waits for the receiver to match and for the
+    // sender to poll again. 16 KB: a 4 KB tensor with its actor message then leaves in one eager message
+    // and its sender goes on (the actor lane's one-way stream of 4 KB tensors 2.5-3 us a transfer against
+    // 5.3-6.7 us at 4 KB, raw MPI_Send 2.5 against 3.2-3.4 us; bench/remote_bench --loop). A value the
+    // user set wins.
+    setenv("OMPI_MCA_btl_vader_eager_limit", "16384", 0);
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) throw CommError("[make_mpi_world] MPI_Init_thread failed: " + mpi_error_string(rc));
     g_we_initialized = true;

@@ -180,6 +180,7 @@ void Engine::test_orphans() {
 
 void Engine::worker_loop() {
   Backoff b;
+  int idle_looks = 0;
   for (;;) {
     serve_queries();
     {
@@ -187,14 +188,20 @@ void Engine::worker_loop() {
       if (stopping_) return;
       if (pending_.load() == 0) {
         // Idle. Small ops are queued without waking us (the thread that waits for one runs it, with no
-        // hand-off); this periodic look picks up those that nobody waits for yet.
-        q_cv_.wait_for(l, kIdleLook, [&] { return stopping_ || pending_.load() > 0; });
+        // hand-off); this periodic look picks up those that nobody waits for yet. Idle for long, it
+        // dozes (kDozeLook), and submit wakes it.
+        idle_looks = orphan_count_.load() == 0 ? idle_looks + 1 : 0;
+        dozing_ = idle_looks > kDozeAfter;
+        q_cv_.wait_for(l, dozing_ ? std::chrono::duration_cast<std::chrono::milliseconds>(kDozeLook) : kIdleLook,
+                       [&] { return stopping_ || pending_.load() > 0; });
+        dozing_ = false;
         b.reset();
       } else if (b.sleepy()) {
         q_cv_.wait_for(l, std::chrono::microseconds(100));
       }
       if (stopping_) return;
       if (pending_.load() == 0 && orphan_count_.load() == 0) continue;
+      idle_looks = 0;
       // Not woken for it: leave a just-queued small op to the thread about to wait for it (taking it
       // would make that thread sleep until we are done).
       if (!kicked_ && !queue_.empty() && Clock::now() - queue_.front()->queued_at < kGrace) continue;
@@ -246,7 +253,7 @@ WorkPtr Engine::submit(OpPtr op) {
       // 1 MB all-reduce (comm_bench): async ops below kWakeBytes are left to the thread that waits for
       // them (or the worker's next look, within kIdleLook); larger ones, or ops queued behind others,
       // start at once. A synchronous call's thread runs its op as soon as it waits: never a wake.
-      wake = !detail::t_sync_call && (op->bytes >= kWakeBytes || queue_.size() > 1);
+      wake = !detail::t_sync_call && (dozing_ || op->bytes >= kWakeBytes || queue_.size() > 1);
       if (wake) kicked_ = true;
     }
   }

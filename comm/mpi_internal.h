@@ -390,6 +390,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void worker_loop();
 
   static constexpr auto kIdleLook = std::chrono::milliseconds(1);
+  // After kDozeAfter idle looks in a row (nothing queued, in flight or orphaned), the idle worker looks
+  // every kDozeLook instead (a look a millisecond woke each process's workers 1,000 times a second,
+  // each wake taking a core from a thread that polls the actor lane on a small machine); a submit
+  // then wakes it, and a timeout query waits for its answer at least 200 ms.
+  static constexpr int kDozeAfter = 50;
+  static constexpr auto kDozeLook = std::chrono::milliseconds(20);
   static constexpr auto kGrace = std::chrono::microseconds(500);
 
   MPI_Comm comm_;
@@ -422,6 +428,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<OpPtr> queue_;
   std::string broken_;
   bool kicked_ = false;  // the worker was woken on purpose (not its periodic look)
+  bool dozing_ = false;  // the worker sleeps kDozeLook at a time (idle for long): submit wakes it
   bool stopping_ = false;
   bool stopped_ = false;
 

@@ -40,6 +40,31 @@ void futex_wait(std::atomic<uint32_t>* w, uint32_t expected, std::chrono::micros
 }
 void futex_wake(std::atomic<uint32_t>* w) { syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, 1, nullptr, nullptr, 0); }
 
+/// The largest message Open MPI sends eagerly to a peer: the smallest eager limit of its transports in use
+/// here, shared memory's between the ranks of a node (btl_vader_eager_limit) and TCP's between nodes
+/// (btl_tcp_eager_limit, 64 KB by default), read through MPI_T (a transport Open MPI did not select has
+/// no such variable), less 64 bytes for MPI's own header; 4 KB (shared memory's default) when neither
+/// can be read.
+int64_t eager_limit_bytes() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return 4096 - 64;
+  int64_t limit = -1;
+  for (const char* name : {"btl_vader_eager_limit", "btl_tcp_eager_limit"}) {
+    int idx = -1;
+    if (MPI_T_cvar_get_index(name, &idx) != MPI_SUCCESS) continue;
+    MPI_T_cvar_handle h;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(idx, nullptr, &h, &count) != MPI_SUCCESS) continue;
+    unsigned long long v = 0;  // a size_t variable (MPI_UNSIGNED_LONG_LONG in Open MPI)
+    if (count == 1 && MPI_T_cvar_read(h, &v) == MPI_SUCCESS && v >= 256) {
+      limit = limit < 0 ? static_cast<int64_t>(v) : std::min(limit, static_cast<int64_t>(v));
+    }
+    MPI_T_cvar_handle_free(&h);
+  }
+  MPI_T_finalize();
+  return (limit < 0 ? 4096 : limit) - 64;
+}
+
 class MpiLane final : public MessageLane {
  public:
   MpiLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size), bells_(size, nullptr) {
@@ -103,9 +128,14 @@ class MpiLane final : public MessageLane {
     for (const Tensor& t : keep->bodies) {
       if (!t.defined() || !t.is_cpu() || !t.is_contiguous()) throw CommError("[message_lane] a body must be a contiguous CPU tensor");
     }
+    // Every piece within the eager limit: MPI copies it out during MPI_Isend, and it reaches the peer
+    // without this process polling again; its request is only reclaimed later (by the next post or poll).
+    bool eager = static_cast<int64_t>(keep->head.size()) <= eager_bytes_;
+    for (const Tensor& t : keep->bodies) eager = eager && static_cast<int64_t>(t.nbytes()) <= eager_bytes_;
     std::vector<MPI_Request> mine;
     {
       std::lock_guard<std::mutex> g(send_mu_);  // one message's pieces in a row: posts to one rank keep their order
+      if (!out_.empty()) test_sends_locked();
       try {
         isend(mine, keep->head.data(), static_cast<int64_t>(keep->head.size()), dest, kHeadTag);
         for (const Tensor& t : keep->bodies) {
@@ -119,12 +149,16 @@ class MpiLane final : public MessageLane {
           } while (off < n);
         }
       } catch (...) {
-        for (MPI_Request r : mine) out_.push_back(Out{r, keep, dest});  // what was posted keeps its memory
+        for (MPI_Request r : mine) out_.push_back(Out{r, keep, dest, false});  // what was posted keeps its memory
         throw;
+      }
+      if (eager) {
+        for (MPI_Request r : mine) out_.push_back(Out{r, keep, dest, true});
       }
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the message is out before we look
     ring(dest);
+    if (eager) return;
     // A message above MPI's eager limit moves only while this process polls MPI once the peer matched it.
     // The posting thread runs now, so it polls its own sends for up to kOwnProgress (on a loaded machine
     // a poller that must first be scheduled costs a time slice, milliseconds); what is left then goes to
@@ -147,7 +181,7 @@ class MpiLane final : public MessageLane {
     {
       std::lock_guard<std::mutex> g(send_mu_);
       for (MPI_Request r : mine)
-        if (r != MPI_REQUEST_NULL) out_.push_back(Out{r, keep, dest});
+        if (r != MPI_REQUEST_NULL) out_.push_back(Out{r, keep, dest, false});
     }
     ring(rank_);
   }
@@ -176,7 +210,7 @@ class MpiLane final : public MessageLane {
     MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);
     if (!flag) {
       std::lock_guard<std::mutex> g(send_mu_);
-      flag = !out_.empty();
+      flag = progress_pending_locked() > 0;
     }
     if (flag) wake(mine);
   }
@@ -193,13 +227,14 @@ class MpiLane final : public MessageLane {
     MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);  // posted before we slept?
     if (!flag) {
       std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
-      if (g.owns_lock() && !out_.empty()) flag = 1;  // a send to progress
+      if (g.owns_lock() && progress_pending_locked() > 0) flag = 1;  // a send to progress
     }
     if (!flag) futex_wait(&mine->ring, seen, timeout);
     mine->sleeping.store(0, std::memory_order_relaxed);
   }
 
   bool all_on_node() const override { return all_on_node_; }
+  int64_t eager_bytes() const override { return eager_bytes_; }
 
   std::optional<Incoming> poll() override {
     {
@@ -272,7 +307,7 @@ class MpiLane final : public MessageLane {
   size_t pending_sends() override {
     std::lock_guard<std::mutex> g(send_mu_);
     test_sends_locked();
-    return out_.size();
+    return progress_pending_locked();
   }
 
  private:
@@ -284,6 +319,7 @@ class MpiLane final : public MessageLane {
     MPI_Request req;
     std::shared_ptr<Keep> keep;
     int dest;
+    bool eager;  // needs no polling of ours to arrive (post)
   };
 
   void isend(std::vector<MPI_Request>& mine, const char* p, int64_t n, int dest, int tag) {
@@ -293,18 +329,34 @@ class MpiLane final : public MessageLane {
     mine.push_back(r);
   }
 
+  /// Retires the sends that completed (one MPI_Testsome: MPI polls its transports once, not once a send).
   void test_sends_locked() {
+    if (out_.empty()) return;
+    reqs_.resize(out_.size());
+    idx_.resize(out_.size());
+    for (size_t i = 0; i < out_.size(); ++i) reqs_[i] = out_[i].req;
+    int ndone = 0;
+    if (MPI_Testsome(static_cast<int>(reqs_.size()), reqs_.data(), &ndone, idx_.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS ||
+        ndone == MPI_UNDEFINED || ndone == 0) {
+      return;
+    }
     size_t k = 0;
     for (size_t i = 0; i < out_.size(); ++i) {
-      int done = 0;
-      if (MPI_Test(&out_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-        ring(out_[i].dest);  // it is out now (see post)
+      if (reqs_[i] == MPI_REQUEST_NULL) {  // completed (and freed by MPI_Testsome)
+        if (!out_[i].eager) ring(out_[i].dest);  // it is out now (see post)
         continue;
       }
       if (k != i) out_[k] = std::move(out_[i]);
       ++k;
     }
     out_.resize(k);
+  }
+
+  /// Sends not complete that need this process's polling to move (not the eager ones).
+  size_t progress_pending_locked() const {
+    size_t n = 0;
+    for (const Out& o : out_) n += o.eager ? 0 : 1;
+    return n;
   }
 
   /// Probes for the next body from `source` until it is there (its byte count) or the deadline.
@@ -338,7 +390,10 @@ class MpiLane final : public MessageLane {
   bool all_on_node_ = false;
   std::mutex send_mu_;
   std::vector<Out> out_;  // posted, not yet complete
+  std::vector<MPI_Request> reqs_;  // test_sends_locked's scratch
+  std::vector<int> idx_;
   std::atomic<bool> aborted_{false};
+  int64_t eager_bytes_ = eager_limit_bytes();
 };
 
 }  // namespace

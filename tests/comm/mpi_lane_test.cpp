@@ -138,4 +138,45 @@ TEST(MpiMessageLane, APollerKeepsPostsFromWakingTheSleeperAndItsEndWakesIt) {
   }
 }
 
+// The lane's eager limit is Open MPI's less 64 bytes for MPI's header: on one node its shared-memory
+// transport's (btl_vader_eager_limit, read through MPI_T), which make_mpi_world sets to 16 KB unless the
+// user did; across hosts (the multihost ctests, one rank a host) TCP's, 64 KB by default.
+TEST(MpiMessageLane, EagerLimitIsOpenMpisLessItsHeader) {
+  LANE_SETUP(pg, lane);
+  const char* e = std::getenv("OMPI_MCA_btl_vader_eager_limit");
+  ASSERT_NE(e, nullptr) << "make_mpi_world sets OMPI_MCA_btl_vader_eager_limit when the user did not";
+  if (lane->all_on_node()) {
+    EXPECT_EQ(lane->eager_bytes(), std::atoll(e) - 64);
+  } else {
+    const char* t = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
+    EXPECT_EQ(lane->eager_bytes(), (t ? std::atoll(t) : 65536) - 64);
+  }
+}
+
+// A message within the eager limit leaves as it is posted: post() returns without waiting for it, and
+// pending_sends() does not count it; one above the limit that the peer has not matched yet stays counted
+// after post() gave up its own polling (50 ms), until the peer takes it. Both arrive, in posting order.
+TEST(MpiMessageLane, PendingSendsCountsOnlyMessagesAboveTheEagerLimit) {
+  LANE_SETUP(pg, lane);
+  const int64_t big = (lane->eager_bytes() + 4096) / 8 * 4;  // float64 elements: twice the limit, and more
+  const int64_t small = lane->eager_bytes() / 8 / 2;       // half of it
+  pg->barrier();
+  if (pg->rank() == 0) {
+    lane->post(1, "big", {arange(big, TensorOptions().dtype(kFloat64))});
+    EXPECT_EQ(lane->pending_sends(), 1u) << "a body of " << big * 8 << " bytes, rank 1 not receiving yet";
+    lane->post(1, "small", {arange(small, TensorOptions().dtype(kFloat64))});
+    EXPECT_EQ(lane->pending_sends(), 1u) << "a body of " << small * 8 << " bytes is eager";
+    const auto until = Clock::now() + 10s;
+    while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+    EXPECT_EQ(lane->pending_sends(), 0u) << "rank 1 took both";
+  } else if (pg->rank() == 1) {
+    std::this_thread::sleep_for(300ms);  // rank 0's post gives up its own polling after 50 ms
+    EXPECT_EQ(next_head(*lane).head, "big");
+    EXPECT_TRUE(equal(lane->recv_body(0, kFloat64, {big}, 10000ms), arange(big, TensorOptions().dtype(kFloat64))));
+    EXPECT_EQ(next_head(*lane).head, "small");
+    EXPECT_TRUE(equal(lane->recv_body(0, kFloat64, {small}, 10000ms), arange(small, TensorOptions().dtype(kFloat64))));
+  }
+  pg->barrier();
+}
+
 #endif  // TROUPE_HAVE_MPI
