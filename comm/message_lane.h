@@ -46,9 +46,9 @@ class MessageLane {
   /// One look that never blocks: the next head from any rank, or nullopt (also completes sends that
   /// finished). One thread at a time (the caller serialises polls and recv_body).
   virtual std::optional<Incoming> poll() = 0;
-  /// The next body from `source` in a new tensor of `dtype` and `shape`, received once its message is
-  /// there and holds exactly that many bytes (checked before allocating; a mismatched message is
-  /// consumed and refused). Waits at most `timeout`, or until abort(): CommError then.
+  /// The next body from `source` in a new tensor of `dtype` and `shape` (the caller bounds its size),
+  /// received straight into it; a message of another size is consumed and refused, naming both sizes.
+  /// Waits at most `timeout`, or until abort(): CommError then.
   virtual Tensor recv_body(int source, ScalarType dtype, const std::vector<int64_t>& shape,
                            std::chrono::milliseconds timeout) = 0;
   /// Receives and drops the next body from `source`, of `nbytes` bytes (a message whose head could not be

@@ -53,6 +53,8 @@ TEST(MpiMessageLane, HeadsAndBodiesArriveInPostingOrderIntoFreshTensors) {
     lane->post(1, "b", {});
     lane->post(1, "c", {full({7}, -3, TensorOptions().dtype(kInt64)), arange(65537, TensorOptions().dtype(kFloat64))});
     lane->post(1, "d", {ones({4}, TensorOptions().dtype(kFloat32))});
+    lane->post(1, "e", {ones({8}, TensorOptions().dtype(kFloat32))});
+    lane->post(1, "f", {full({2}, 5, TensorOptions().dtype(kFloat32))});
     while (lane->pending_sends() > 0) std::this_thread::sleep_for(100us);
   } else if (pg->rank() == 1) {
     auto a = next_head(*lane);
@@ -75,6 +77,16 @@ TEST(MpiMessageLane, HeadsAndBodiesArriveInPostingOrderIntoFreshTensors) {
     } catch (const CommError& e) {
       EXPECT_NE(std::string(e.what()).find("holds 16 bytes where 32 were announced"), std::string::npos) << e.what();
     }
+    // And 8 floats taken as 4: refused too, the message consumed, so that the next one lines up.
+    EXPECT_EQ(next_head(*lane).head, "e");
+    try {
+      lane->recv_body(0, kFloat32, {4}, 10000ms);
+      ADD_FAILURE() << "a 32-byte body taken as 16 bytes";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("holds more than 16 bytes where 16 were announced"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(next_head(*lane).head, "f");
+    EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {2}, 10000ms), full({2}, 5, TensorOptions().dtype(kFloat32))));
     EXPECT_FALSE(lane->poll().has_value());
   }
   pg->barrier();
