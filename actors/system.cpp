@@ -1168,7 +1168,7 @@ class System {
 
   /// A head from rank `src`: its values decoded (its bodies received into fresh tensors), then a Call
   /// delivered in its sequence or a Reply completing its request.
-  void on_lane_message(int src, const std::string& head) {
+  void on_lane_message(int src, std::string_view head) {
     wire::LaneHead lh;
     try {
       lh = wire::decode_lane_head(head.data(), head.size());

@@ -54,7 +54,7 @@ bool g_quick = false;
 std::string g_only;  // --only=transfer: that case alone
 int64_t g_bytes = 0;  // --bytes=N: the transfer case at that size alone
 int64_t g_loop = 0;   // --loop=N: N lane transfers of --bytes (default 4 KB) back to back, for a profiler
-bool g_loop_stream = false;  // --loop-stream: --loop's transfers one-way, a request after each 100
+bool g_loop_stream = false;  // --loop-stream: --loop's transfers one-way, a request after each 1,000
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -139,7 +139,7 @@ void drive(launch::Context& ctx) {
     for (int i = 0; i < 100; ++i) sink.request<int64_t>("take", t).get();
     auto t0 = Clock::now();
     for (int64_t i = 0; i < g_loop; ++i) {
-      if (g_loop_stream && i % 100 != 99) {
+      if (g_loop_stream && i % 1000 != 999) {
         sink.send("take", t);
       } else {
         sink.request<int64_t>("take", t).get();
@@ -161,7 +161,7 @@ void drive(launch::Context& ctx) {
     }
     const double mpi_us = secs(t0) * 1e6 / static_cast<double>(n);
     std::printf("loop  %lld %s of %lld bytes: lane %.2f us each, raw MPI %.2f us (MPI/lane %.2f)\n",
-                static_cast<long long>(g_loop), g_loop_stream ? "one-way transfers (a request each 100th)" : "transfers",
+                static_cast<long long>(g_loop), g_loop_stream ? "one-way transfers (a request each 1000th)" : "transfers",
                 static_cast<long long>(t.nbytes()), lane_us, mpi_us, mpi_us / lane_us);
     stop_mpi_server();
     return;
@@ -370,7 +370,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", g_quick, "few short samples");
   app.add_option("--only", g_only, "one case alone: rtt, transfer or step")->check(CLI::IsMember({"rtt", "transfer", "step"}));
   app.add_option("--bytes", g_bytes, "the transfer case at this size alone (4096 .. 67108864)");
-  app.add_flag("--loop-stream", g_loop_stream, "--loop's transfers one-way, each 100th a request (the stream case)");
+  app.add_flag("--loop-stream", g_loop_stream, "--loop's transfers one-way, each 1000th a request (the stream case)");
   app.add_option("--loop", g_loop, "first N lane transfers of --bytes (4096 when not given) back to back, timed (for a profiler)");
   troupe::cli::add_launch_flags(app);
   app.allow_extras();

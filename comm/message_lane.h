@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <troupe/comm/process_group.h>
@@ -29,17 +30,17 @@ namespace troupe::comm {
 /// Byte messages with tensor bodies between the ranks of an MPI world (see the file comment).
 class MessageLane {
  public:
-  /// A received head and the rank that sent it.
+  /// A received head and the rank that sent it; `head` stays valid until the next poll().
   struct Incoming {
     int source = -1;
-    std::string head;
+    std::string_view head;
   };
   virtual ~MessageLane() = default;
   /// This process's rank in the world.
   virtual int rank() const = 0;
   /// The world's size.
   virtual int size() const = 0;
-  /// Posts `head`, then each of `bodies` (contiguous CPU tensors), to `dest` and returns at once: the
+  /// Posts `head` (not empty), then each of `bodies` (contiguous CPU tensors), to `dest` and returns at once: the
   /// bytes leave as the peer takes them, the head and tensors are kept until then. Thread-safe; posts
   /// to one destination arrive in the order they were made. Throws CommError when MPI refuses.
   virtual void post(int dest, std::string head, std::vector<Tensor> bodies) = 0;

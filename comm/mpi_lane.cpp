@@ -20,6 +20,15 @@ using mpi_impl::mpi_error_string;
 
 constexpr int kHeadTag = 1;
 constexpr int kBodyTag = 2;
+constexpr int kBigHeadTag = 3;  // a head above kSlotBytes, announced by an empty message on kHeadTag
+// Heads land in receives posted ahead (kSlots of kSlotBytes each, taken in posting order), so that MPI
+// copies one from its shared-memory queue straight into place: a head nobody had posted a receive for
+// was copied into an MPI buffer on arrival, then out of it by the receive (a third of the lane thread's
+// time in the 4 KB stream went to that matching and copying).
+constexpr int kSlots = 32;
+constexpr int64_t kSlotBytes = int64_t{64} << 10;
+// How long poll() waits for a large head once its announcement came (it was posted right after).
+constexpr auto kBigHeadWait = std::chrono::seconds(60);
 constexpr int64_t kChunk = int64_t{1} << 30;
 // How long post() polls its own sends before it leaves them to the polling thread.
 constexpr auto kOwnProgress = std::chrono::milliseconds(50);
@@ -68,6 +77,11 @@ int64_t eager_limit_bytes() {
 class MpiLane final : public MessageLane {
  public:
   MpiLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size), bells_(size, nullptr) {
+    slots_.resize(kSlots);
+    for (Slot& sl : slots_) {
+      sl.buf.reset(new char[kSlotBytes]);
+      post_slot(sl);
+    }
     // The doorbells: one slot per rank of this node in a shared window (collective over the world).
     MPI_Comm node = MPI_COMM_NULL;
     if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
@@ -100,6 +114,7 @@ class MpiLane final : public MessageLane {
   ~MpiLane() override {
     std::lock_guard<std::mutex> g(send_mu_);
     if (!mpi_alive()) return;
+    bool clean = cancel_slots();
     test_sends_locked();
     // Sends a dead or stopped peer never took stay posted (MPI may still complete them): their memory
     // is kept, and the communicator is not freed under them.
@@ -111,7 +126,7 @@ class MpiLane final : public MessageLane {
       return;
     }
     // The window and the node communicator stay: freeing them is collective, and a peer may be dead.
-    MPI_Comm_free(&comm_);
+    if (clean) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -122,6 +137,7 @@ class MpiLane final : public MessageLane {
       throw CommError("[message_lane] post to rank " + std::to_string(dest) + " (world of " + std::to_string(size_) +
                       ", this is rank " + std::to_string(rank_) + ")");
     }
+    if (head.empty()) throw CommError("[message_lane] post to rank " + std::to_string(dest) + ": an empty head");
     auto keep = std::make_shared<Keep>();
     keep->head = std::move(head);
     keep->bodies = std::move(bodies);
@@ -137,7 +153,12 @@ class MpiLane final : public MessageLane {
       std::lock_guard<std::mutex> g(send_mu_);  // one message's pieces in a row: posts to one rank keep their order
       if (!out_.empty()) test_sends_locked();
       try {
-        isend(mine, keep->head.data(), static_cast<int64_t>(keep->head.size()), dest, kHeadTag);
+        if (static_cast<int64_t>(keep->head.size()) <= kSlotBytes) {
+          isend(mine, keep->head.data(), static_cast<int64_t>(keep->head.size()), dest, kHeadTag);
+        } else {  // announced by an empty head, then on a tag of its own (in order: one sender, one tag)
+          isend(mine, keep->head.data(), 0, dest, kHeadTag);
+          isend(mine, keep->head.data(), static_cast<int64_t>(keep->head.size()), dest, kBigHeadTag);
+        }
         for (const Tensor& t : keep->bodies) {
           const char* p = static_cast<const char*>(t.data_ptr());
           const int64_t n = static_cast<int64_t>(t.nbytes());
@@ -207,7 +228,10 @@ class MpiLane final : public MessageLane {
     // The last poller leaves while the idle_wait thread sleeps: a poster that saw it polling did not ring,
     // and its message, out before that look, is visible to this probe; sends left to progress wake it too.
     int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);
+    {
+      std::lock_guard<std::mutex> r(ring_mu_);  // the sleeper holds it for a look at most
+      flag = head_ready_locked();
+    }
     if (!flag) {
       std::lock_guard<std::mutex> g(send_mu_);
       flag = progress_pending_locked() > 0;
@@ -224,7 +248,12 @@ class MpiLane final : public MessageLane {
     mine->sleeping.store(1, std::memory_order_seq_cst);
     const uint32_t seen = mine->ring.load(std::memory_order_seq_cst);
     int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, MPI_STATUS_IGNORE);  // posted before we slept?
+    {
+      // Posted before we slept? (A thread that holds the ring polls: it counts in `pollers`, and its
+      // polling(false) looks again and wakes us.)
+      std::unique_lock<std::mutex> r(ring_mu_, std::try_to_lock);
+      flag = r.owns_lock() && head_ready_locked();
+    }
     if (!flag) {
       std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
       if (g.owns_lock() && progress_pending_locked() > 0) flag = 1;  // a send to progress
@@ -241,19 +270,45 @@ class MpiLane final : public MessageLane {
       std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
       if (g.owns_lock() && !out_.empty()) test_sends_locked();
     }
-    int flag = 0;
+    std::lock_guard<std::mutex> r(ring_mu_);
+    if (repost_ >= 0) {  // the head handed out by the last poll is done with: its receive goes again
+      post_slot(slots_[repost_]);
+      repost_ = -1;
+    }
+    if (!head_ready_locked()) return std::nullopt;
+    const int i = static_cast<int>(next_slot_);
+    Slot& sl = slots_[i];
+    next_slot_ = (next_slot_ + 1) % slots_.size();
+    repost_ = i;
+    if (sl.rc != MPI_SUCCESS) throw CommError("[message_lane] receiving a head failed: " + mpi_error_string(sl.rc));
+    int n = 0;
+    MPI_Get_count(&sl.st, MPI_BYTE, &n);
+    Incoming in;
+    in.source = sl.st.MPI_SOURCE;
+    if (n > 0) {
+      in.head = std::string_view(sl.buf.get(), static_cast<size_t>(n));
+      return in;
+    }
+    // An empty head announces a large one on kBigHeadTag.
+    const auto deadline = mpi_impl::Clock::now() + kBigHeadWait;
     MPI_Message msg;
     MPI_Status st;
-    int rc = MPI_Improbe(MPI_ANY_SOURCE, kHeadTag, comm_, &flag, &msg, &st);
-    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
-    if (!flag) return std::nullopt;
-    int n = 0;
+    for (int spins = 0;; ++spins) {
+      int flag = 0;
+      int rc = MPI_Improbe(in.source, kBigHeadTag, comm_, &flag, &msg, &st);
+      if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
+      if (flag) break;
+      if (aborted_.load()) throw CommError("[message_lane] stopped while a head from rank " + std::to_string(in.source) + " was awaited");
+      if ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline) {
+        throw CommError("[message_lane] a large head announced by rank " + std::to_string(in.source) + " did not arrive within " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kBigHeadWait).count()) + " s");
+      }
+    }
     MPI_Get_count(&st, MPI_BYTE, &n);
-    Incoming in;
-    in.source = st.MPI_SOURCE;
-    in.head.resize(static_cast<size_t>(n));
-    rc = MPI_Mrecv(in.head.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Mrecv failed: " + mpi_error_string(rc));
+    big_head_.resize(static_cast<size_t>(n));
+    int rc = MPI_Mrecv(big_head_.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Mrecv of a large head failed: " + mpi_error_string(rc));
+    in.head = big_head_;
     return in;
   }
 
@@ -331,6 +386,63 @@ class MpiLane final : public MessageLane {
     std::string head;
     std::vector<Tensor> bodies;
   };
+  /// A receive posted ahead for a head (the ring).
+  struct Slot {
+    std::unique_ptr<char[]> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool done = false;  // completed (st, rc), not yet handed out
+    int rc = MPI_SUCCESS;
+    MPI_Status st{};
+  };
+
+  void post_slot(Slot& sl) {
+    sl.done = false;
+    sl.rc = MPI_Irecv(sl.buf.get(), static_cast<int>(kSlotBytes), MPI_BYTE, MPI_ANY_SOURCE, kHeadTag, comm_, &sl.req);
+    if (sl.rc != MPI_SUCCESS) {  // handed out as an error by poll()
+      sl.req = MPI_REQUEST_NULL;
+      sl.done = true;
+    }
+  }
+
+  /// Under ring_mu_: whether the oldest head receive completed (tested once, remembered until poll()
+  /// hands it out).
+  bool head_ready_locked() {
+    Slot& sl = slots_[next_slot_];
+    if (sl.done) return true;
+    if (sl.req == MPI_REQUEST_NULL) return false;  // not posted again yet (poll does)
+    int flag = 0;
+    const int rc = MPI_Test(&sl.req, &flag, &sl.st);
+    if (rc != MPI_SUCCESS) {
+      sl.rc = rc;
+      sl.done = true;
+    } else if (flag) {
+      sl.rc = MPI_SUCCESS;
+      sl.done = true;
+    }
+    return sl.done;
+  }
+
+  /// The ring's receives cancelled (the destructor); false when one could not be within 100 ms (a
+  /// message landing in it: the buffers are kept for good, and the communicator is not freed).
+  bool cancel_slots() {
+    std::lock_guard<std::mutex> r(ring_mu_);
+    bool clean = true;
+    for (Slot& sl : slots_) {
+      if (sl.req == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&sl.req);
+      const auto until = mpi_impl::Clock::now() + std::chrono::milliseconds(100);
+      for (int spins = 0;; ++spins) {
+        int done = 0;
+        if (MPI_Test(&sl.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) break;
+        if ((spins & 63) == 63 && mpi_impl::Clock::now() > until) {
+          clean = false;
+          sl.buf.release();  // MPI may still write into it
+          break;
+        }
+      }
+    }
+    return clean;
+  }
   struct Out {
     MPI_Request req;
     std::shared_ptr<Keep> keep;
@@ -427,6 +539,11 @@ class MpiLane final : public MessageLane {
   std::vector<int> idx_;
   std::atomic<bool> aborted_{false};
   int64_t eager_bytes_ = eager_limit_bytes();
+  std::mutex ring_mu_;  // the head receives: poll(), and a look from idle_wait or polling(false)
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;  // the oldest posted: messages fill the receives in posting order
+  int repost_ = -1;        // handed out by the last poll(), posted again by the next
+  std::string big_head_;  // the last large head handed out
 };
 
 }  // namespace

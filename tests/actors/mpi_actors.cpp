@@ -245,6 +245,14 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
     Tensor s = echo.request<Tensor>("scale", t, 2.0).get();
     EXPECT_TRUE(equal(s, t * 2.0)) << bytes;
   }
+  // a head above the lane's 64 KB head receives (a 100 KB string), announced and sent on its own
+  {
+    const std::string text(100000, 'z');
+    Value back = echo.request<Value>("echo", Value(List{Value(text), Value(ones({5}))})).get();
+    ASSERT_EQ(back.as<List>().size(), 2u);
+    EXPECT_EQ(back.as<List>()[0].as<std::string>(), text);
+    EXPECT_TRUE(equal(back.as<List>()[1].as<Tensor>(), ones({5})));
+  }
   // three 6 KB tensors: the first two fit the head's budget together, the third goes as a body
   {
     List parts;

@@ -150,6 +150,39 @@ TEST(MpiMessageLane, APollerKeepsPostsFromWakingTheSleeperAndItsEndWakesIt) {
   }
 }
 
+// A head larger than the receives posted ahead for heads (64 KB) is announced and follows on its own
+// tag, in order with the heads around it and its bodies; an empty head is refused (it would read as
+// such an announcement).
+TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
+  LANE_SETUP(pg, lane);
+  const std::string big = std::string(200000, 'x') + "end";
+  if (pg->rank() == 0) {
+    try {
+      lane->post(1, "", {});
+      ADD_FAILURE() << "an empty head was posted";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("an empty head"), std::string::npos) << e.what();
+    }
+    lane->post(1, "before", {});
+    lane->post(1, big, {arange(10, TensorOptions().dtype(kFloat32))});
+    lane->post(1, std::string(65536, 'y'), {});  // exactly a posted receive's size
+    lane->post(1, "after", {full({3}, 2, TensorOptions().dtype(kInt64))});
+    const auto until = Clock::now() + 10s;
+    while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+  } else if (pg->rank() == 1) {
+    EXPECT_EQ(next_head(*lane).head, "before");
+    auto m = next_head(*lane);
+    EXPECT_EQ(m.source, 0);
+    EXPECT_EQ(m.head.size(), big.size());
+    EXPECT_TRUE(m.head == big);
+    EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {10}, 10000ms), arange(10, TensorOptions().dtype(kFloat32))));
+    EXPECT_TRUE(next_head(*lane).head == std::string(65536, 'y'));
+    EXPECT_EQ(next_head(*lane).head, "after");
+    EXPECT_TRUE(equal(lane->recv_body(0, kInt64, {3}, 10000ms), full({3}, 2, TensorOptions().dtype(kInt64))));
+  }
+  pg->barrier();
+}
+
 // The lane's eager limit is Open MPI's less 64 bytes for MPI's header: on one node its shared-memory
 // transport's (btl_vader_eager_limit, read through MPI_T), which make_mpi_world sets to 16 KB unless the
 // user did; across hosts (the multihost ctests, one rank a host) TCP's, 64 KB by default.
