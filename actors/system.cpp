@@ -589,7 +589,7 @@ class System {
     CallStatePtr state;
     if (want_reply) {
       auto timeout = to.timeout();
-      state = std::make_shared<CallState>(what(), CallState::Clock::now() + timeout, timeout);
+      state = std::make_shared<CallState>(method, to, CallState::Clock::now() + timeout, timeout);
     }
     const caf::actor& h = to.impl()->handle;
     uint64_t id = 0;

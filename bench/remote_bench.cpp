@@ -1,6 +1,10 @@
 // remote_bench: RemoteModule and distributed autograd across 2 processes (issue 12), beside their peers:
 //   mpirun -np 2 remote_bench [--quick]     (scripts/remote_bench.sh runs it with bench/remote_torch.py)
 //   remote_bench --ranks 2 [--quick]        two ranks as threads of one process (tensors by handle)
+//   mpirun -np 2 remote_bench --loop=N [--bytes=B] [--loop-stream]
+//                                           N lane transfers of B bytes (4 KB) back to back, then the same
+//                                           on raw MPI, for a profiler or TROUPE_ACTOR_LANE_TRACE (the
+//                                           stream: one-way, each 1000th a request)
 // Rank 0 drives, rank 1 hosts; 1 troupe/OpenBLAS thread per rank. Cases:
 //   rtt           proxy forward of a hosted Linear(16, 16), batch 4, under no_grad (PyTorch's peer:
 //                 RemoteModule.forward outside a dist_autograd context); and with grad mode on (the call
