@@ -460,11 +460,13 @@ ProcessGroupPtr make_mpi_world(GroupOptions options) {
     setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     // Open MPI's shared-memory transport sends messages up to its eager limit (4 KB with its header by
     // default) at once and larger ones by rendezvous, which waits for the receiver to match and for the
-    // sender to poll again. 16 KB: a 4 KB tensor with its actor message then leaves in one eager message
-    // and its sender goes on (the actor lane's one-way stream of 4 KB tensors 2.5-3 us a transfer against
-    // 5.3-6.7 us at 4 KB, raw MPI_Send 2.5 against 3.2-3.4 us; bench/remote_bench --loop). A value the
-    // user set wins.
-    setenv("OMPI_MCA_btl_vader_eager_limit", "16384", 0);
+    // sender to poll again. 32 KB, the most it allows (its largest fragment, btl_vader_max_send_size): a
+    // 4 KB tensor with its actor message leaves in one eager message and its sender goes on (the actor
+    // lane's one-way stream of 4 KB tensors 2.3-3 us a transfer against 5.3-6.7 us at 4 KB, raw MPI_Send
+    // 2.3-2.6 against 3.2-3.4 us; bench/remote_bench --loop), and so do the 16 KB messages of troupe's
+    // recursive-doubling all-reduce (comm_bench, 16 KB: 1.19-1.25 of MPI_Allreduce at 32 KB, 0.76 at 16 KB,
+    // whose limit counts MPI's header; 4 KB: 1.29 against 0.67-0.70 at 4 KB). A value the user set wins.
+    setenv("OMPI_MCA_btl_vader_eager_limit", "32768", 0);
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) throw CommError("[make_mpi_world] MPI_Init_thread failed: " + mpi_error_string(rc));
     g_we_initialized = true;

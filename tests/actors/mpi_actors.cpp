@@ -232,11 +232,11 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
   MPI_ONLY();
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef echo = rt.spawn_on(peer, "big" + std::to_string(ctx.rank), "Counter", 0);
-  // across the lane's limits: tensors inside the head (up to 16 KB - 320 bytes, its eager budget under
+  // across the lane's limits: tensors inside the head (up to 32 KB - 320 bytes, its eager budget under
   // make_mpi_world's eager limit), as an eager body, as a body above the eager limit in a message of at
   // most 1 MB, just under and at 1 MB, and beyond
-  for (int64_t bytes : {(int64_t{4} << 10) - 4, int64_t{4} << 10, (int64_t{16} << 10) - 320, (int64_t{16} << 10) - 316,
-                        (int64_t{16} << 10) - 64, (int64_t{16} << 10) - 60, (int64_t{32} << 10) - 4, int64_t{32} << 10,
+  for (int64_t bytes : {(int64_t{4} << 10) - 4, int64_t{4} << 10, int64_t{16} << 10, (int64_t{32} << 10) - 320,
+                        (int64_t{32} << 10) - 316, (int64_t{32} << 10) - 64, (int64_t{32} << 10) - 60, int64_t{32} << 10,
                         int64_t{64} << 10, (int64_t{1} << 20) - 4, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
     Tensor t = randn({bytes / 4});
     Tensor back = echo.request<Tensor>("echo", t).get();
@@ -253,13 +253,13 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
     EXPECT_EQ(back.as<List>()[0].as<std::string>(), text);
     EXPECT_TRUE(equal(back.as<List>()[1].as<Tensor>(), ones({5})));
   }
-  // three 6 KB tensors: the first two fit the head's budget together, the third goes as a body
+  // three 12 KB tensors: the first two fit the head's budget together, the third goes as a body
   {
     List parts;
-    for (int i = 0; i < 3; ++i) parts.emplace_back(full({6 << 10 >> 2}, static_cast<double>(i + 1)));
+    for (int i = 0; i < 3; ++i) parts.emplace_back(full({12 << 10 >> 2}, static_cast<double>(i + 1)));
     List back = echo.request<Value>("echo", Value(parts)).get().as<List>();
     ASSERT_EQ(back.size(), 3u);
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(equal(back[i].as<Tensor>(), full({6 << 10 >> 2}, static_cast<double>(i + 1)))) << i;
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(equal(back[i].as<Tensor>(), full({12 << 10 >> 2}, static_cast<double>(i + 1)))) << i;
   }
   // more than 1 MB made of tensors under 1 MB each (this one goes by CAF), then the lane again: in order
   {

@@ -184,7 +184,7 @@ TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
 }
 
 // The lane's eager limit is Open MPI's less 64 bytes for MPI's header: on one node its shared-memory
-// transport's (btl_vader_eager_limit, read through MPI_T), which make_mpi_world sets to 16 KB unless the
+// transport's (btl_vader_eager_limit, read through MPI_T), which make_mpi_world sets to 32 KB unless the
 // user did; across hosts (the multihost ctests, one rank a host) TCP's, 64 KB by default.
 TEST(MpiMessageLane, EagerLimitIsOpenMpisLessItsHeader) {
   LANE_SETUP(pg, lane);
