@@ -290,21 +290,11 @@ class MpiLane final : public MessageLane {
       return in;
     }
     // An empty head announces a large one on kBigHeadTag.
-    const auto deadline = mpi_impl::Clock::now() + kBigHeadWait;
     MPI_Message msg;
     MPI_Status st;
-    for (int spins = 0;; ++spins) {
-      int flag = 0;
-      int rc = MPI_Improbe(in.source, kBigHeadTag, comm_, &flag, &msg, &st);
-      if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
-      if (flag) break;
-      if (aborted_.load()) throw CommError("[message_lane] stopped while a head from rank " + std::to_string(in.source) + " was awaited");
-      if ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline) {
-        throw CommError("[message_lane] a large head announced by rank " + std::to_string(in.source) + " did not arrive within " +
-                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kBigHeadWait).count()) + " s");
-      }
-    }
-    MPI_Get_count(&st, MPI_BYTE, &n);
+    n = wait_probe(in.source, kBigHeadTag, "a large head announced by rank " + std::to_string(in.source),
+                   mpi_impl::Clock::now() + kBigHeadWait,
+                   std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kBigHeadWait).count()) + " s", &msg, &st);
     big_head_.resize(static_cast<size_t>(n));
     int rc = MPI_Mrecv(big_head_.data(), n, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Mrecv of a large head failed: " + mpi_error_string(rc));
@@ -366,7 +356,8 @@ class MpiLane final : public MessageLane {
     do {
       MPI_Message msg;
       MPI_Status st;
-      int got = wait_probe(source, deadline, timeout, &msg, &st);
+      int got = wait_probe(source, kBodyTag, "a body from rank " + std::to_string(source), deadline,
+                           std::to_string(timeout.count()) + " ms", &msg, &st);
       std::vector<char> sink(static_cast<size_t>(std::max(got, 0)));
       MPI_Mrecv(sink.data(), got, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
       off += std::max(got, 1);
@@ -428,20 +419,23 @@ class MpiLane final : public MessageLane {
     std::lock_guard<std::mutex> r(ring_mu_);
     bool clean = true;
     for (Slot& sl : slots_) {
-      if (sl.req == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&sl.req);
-      const auto until = mpi_impl::Clock::now() + std::chrono::milliseconds(100);
-      for (int spins = 0;; ++spins) {
-        int done = 0;
-        if (MPI_Test(&sl.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) break;
-        if ((spins & 63) == 63 && mpi_impl::Clock::now() > until) {
-          clean = false;
-          sl.buf.release();  // MPI may still write into it
-          break;
-        }
-      }
+      if (sl.req == MPI_REQUEST_NULL || cancelled(sl.req)) continue;
+      clean = false;
+      sl.buf.release();  // MPI may still write into it
     }
     return clean;
+  }
+
+  /// Cancels receive `req` and waits up to 100 ms for it to end (cancelled, or completed after all); false
+  /// when it has not (a message may be landing in its buffer).
+  static bool cancelled(MPI_Request& req) {
+    MPI_Cancel(&req);
+    const auto until = mpi_impl::Clock::now() + std::chrono::milliseconds(100);
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return true;
+      if ((spins & 63) == 63 && mpi_impl::Clock::now() > until) return false;
+    }
   }
   struct Out {
     MPI_Request req;
@@ -484,13 +478,7 @@ class MpiLane final : public MessageLane {
   /// took (the message may be landing), the receive and its tensor are kept for good, as are sends a
   /// dead peer never took (the destructor).
   static void abandon(MPI_Request& req, const Tensor& t) {
-    MPI_Cancel(&req);
-    const auto until = mpi_impl::Clock::now() + std::chrono::milliseconds(100);
-    for (int spins = 0;; ++spins) {
-      int done = 0;
-      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return;
-      if ((spins & 63) == 63 && mpi_impl::Clock::now() > until) break;
-    }
+    if (cancelled(req)) return;
     static std::mutex leak_mu;
     static std::vector<std::pair<MPI_Request, Tensor>> leaked;
     std::lock_guard<std::mutex> l(leak_mu);
@@ -504,22 +492,22 @@ class MpiLane final : public MessageLane {
     return n;
   }
 
-  /// Probes for the next body from `source` until it is there (its byte count) or the deadline.
-  int wait_probe(int source, mpi_impl::Clock::time_point deadline, std::chrono::milliseconds timeout, MPI_Message* msg,
-                 MPI_Status* st) {
+  /// Probes for the next message from `source` on `tag` (`what`, in errors) until it is there (its byte
+  /// count), abort(), or the deadline (`limit`, in words).
+  int wait_probe(int source, int tag, const std::string& what, mpi_impl::Clock::time_point deadline,
+                 const std::string& limit, MPI_Message* msg, MPI_Status* st) {
     for (int spins = 0;; ++spins) {
       int flag = 0;
-      int rc = MPI_Improbe(source, kBodyTag, comm_, &flag, msg, st);
+      int rc = MPI_Improbe(source, tag, comm_, &flag, msg, st);
       if (rc != MPI_SUCCESS) throw CommError("[message_lane] MPI_Improbe failed: " + mpi_error_string(rc));
       if (flag) {
         int n = 0;
         MPI_Get_count(st, MPI_BYTE, &n);
         return n;
       }
-      if (aborted_.load()) throw CommError("[message_lane] stopped while a body from rank " + std::to_string(source) + " was awaited");
+      if (aborted_.load()) throw CommError("[message_lane] stopped while " + what + " was awaited");
       if ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline) {
-        throw CommError("[message_lane] a body from rank " + std::to_string(source) + " did not arrive within " +
-                        std::to_string(timeout.count()) + " ms");
+        throw CommError("[message_lane] " + what + " did not arrive within " + limit);
       }
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();  // no sched_yield: on a loaded machine it gives the core away for a time slice

@@ -42,6 +42,16 @@ MessageLane::Incoming next_head(MessageLane& lane) {
   return {};
 }
 
+/// recv_body of float32 `shape` from rank 0 must fail with a CommError holding `text`.
+void expect_body_refused(MessageLane& lane, const std::vector<int64_t>& shape, const std::string& text) {
+  try {
+    Tensor t = lane.recv_body(0, kFloat32, shape, 10000ms);
+    ADD_FAILURE() << "a body of " << t.nbytes() << " bytes taken where another size came (wanted: " << text << ")";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 }  // namespace
@@ -71,20 +81,10 @@ TEST(MpiMessageLane, HeadsAndBodiesArriveInPostingOrderIntoFreshTensors) {
     EXPECT_TRUE(equal(tc1, arange(65537, TensorOptions().dtype(kFloat64))));
     // A body announced as 8 floats where 4 came: refused, naming both sizes; the message is consumed.
     EXPECT_EQ(next_head(*lane).head, "d");
-    try {
-      lane->recv_body(0, kFloat32, {8}, 10000ms);
-      ADD_FAILURE() << "a 16-byte body taken as 32 bytes";
-    } catch (const CommError& e) {
-      EXPECT_NE(std::string(e.what()).find("holds 16 bytes where 32 were announced"), std::string::npos) << e.what();
-    }
+    expect_body_refused(*lane, {8}, "holds 16 bytes where 32 were announced");
     // And 8 floats taken as 4: refused too, the message consumed, so that the next one lines up.
     EXPECT_EQ(next_head(*lane).head, "e");
-    try {
-      lane->recv_body(0, kFloat32, {4}, 10000ms);
-      ADD_FAILURE() << "a 32-byte body taken as 16 bytes";
-    } catch (const CommError& e) {
-      EXPECT_NE(std::string(e.what()).find("holds more than 16 bytes where 16 were announced"), std::string::npos) << e.what();
-    }
+    expect_body_refused(*lane, {4}, "holds more than 16 bytes where 16 were announced");
     EXPECT_EQ(next_head(*lane).head, "f");
     EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {2}, 10000ms), full({2}, 5, TensorOptions().dtype(kFloat32))));
     EXPECT_FALSE(lane->poll().has_value());
