@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <queue>
 #include <sstream>
@@ -397,7 +398,16 @@ namespace {
 
 struct NodeTask {
   Node* node;
+  int deferred = -1;  // >= 0: the held-back part of a split node (GraphTask::deferred)
   bool operator<(const NodeTask& o) const { return node->sequence_nr() < o.node->sequence_nr(); }
+};
+
+// The outputs the engine wants of the node it applies now (null: all): see output_wanted.
+thread_local const std::vector<bool>* t_output_mask = nullptr;
+struct MaskScope {
+  const std::vector<bool>* prev;
+  explicit MaskScope(const std::vector<bool>* m) : prev(t_output_mask) { t_output_mask = m; }
+  ~MaskScope() { t_output_mask = prev; }
 };
 
 Tensor materialize(const InputMeta& m) { return zeros(m.sizes, TensorOptions().dtype(m.dtype).device(m.device)); }
@@ -427,6 +437,16 @@ Tensor validate(const Node& fn, size_t i, Tensor g, const Edge& e) {
   return g;
 }
 
+// The part of a split node that waits until the targets' gradients are final: the node applied again
+// for the outputs `mask` names (over the same incoming gradients), or those outputs computed already.
+struct Deferred {
+  Node* node = nullptr;
+  std::vector<bool> mask;
+  variable_list inputs;
+  variable_list outputs;
+  bool computed = false;
+};
+
 struct GraphTask {
   bool keep_graph;
   bool create_graph;
@@ -437,7 +457,17 @@ struct GraphTask {
   std::unordered_set<Node*> needed;
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures;  // node -> (input_nr, slot)
   variable_list captured;
+  // backward_targets_first: the targets' nodes, the nodes that reach them (found by execute), the call
+  std::vector<Node*> targets;
+  std::unordered_set<Node*> toward;
+  std::function<void()> on_ready;
+  std::vector<Deferred> deferred;
+  // queue_callback
+  std::vector<std::function<void()>> callbacks;
 };
+
+// The graph tasks running on this thread, innermost last (queue_callback adds to the innermost).
+thread_local std::vector<GraphTask*> t_tasks;
 
 void add_to_buffer(variable_list& buf, size_t idx, Tensor g) {
   if (!g.defined()) return;
@@ -455,31 +485,46 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
   for (auto& e : roots) {
     if (e.fn && seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
   }
-  std::unordered_map<Node*, std::vector<Node*>> parents;  // reverse edges, for grad()'s reachability
+  const bool first_targets = static_cast<bool>(task.on_ready);
+  std::unordered_map<Node*, std::vector<Node*>> parents;  // reverse edges, for reachability
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (auto& e : n->next_edges) {
       if (!e.fn) continue;
       task.deps[e.fn.get()]++;
-      if (task.capture_mode) parents[e.fn.get()].push_back(n);
+      if (task.capture_mode || first_targets) parents[e.fn.get()].push_back(n);
       if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
     }
   }
-  if (task.capture_mode) {
-    // A node is needed when a capture point is reachable from it: walk reverse edges from the captures.
+  // Walks reverse edges from `from`: every node from which one of them can be reached, into `out`.
+  auto reaching = [&](const std::vector<Node*>& from, std::unordered_set<Node*>& out) {
     std::vector<Node*> work;
-    for (auto& [n, c] : task.captures)
-      if (seen.count(n) && task.needed.insert(n).second) work.push_back(n);
+    for (Node* n : from)
+      if (seen.count(n) && out.insert(n).second) work.push_back(n);
     while (!work.empty()) {
       Node* n = work.back();
       work.pop_back();
       for (Node* p : parents[n])
-        if (task.needed.insert(p).second) work.push_back(p);
+        if (out.insert(p).second) work.push_back(p);
     }
+  };
+  if (task.capture_mode) {
+    // A node is needed when a capture point is reachable from it.
+    std::vector<Node*> from;
+    for (auto& [n, c] : task.captures) from.push_back(n);
+    reaching(from, task.needed);
   }
+  if (first_targets) reaching(task.targets, task.toward);
 
-  std::priority_queue<NodeTask> ready;
+  // `ready` runs first; while the targets' gradients are not final, the nodes that cannot reach a target
+  // and the held-back parts of split nodes wait in `later`.
+  std::priority_queue<NodeTask> ready, later;
+  bool targets_done = !first_targets;
+  auto enqueue = [&](NodeTask t) {
+    if (targets_done || (t.deferred < 0 && task.toward.count(t.node))) ready.push(t);
+    else later.push(t);
+  };
   for (size_t i = 0; i < roots.size(); ++i) {
     Node* n = roots[i].fn.get();
     if (!n) continue;
@@ -491,13 +536,58 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
     Node* n = e.fn.get();
     if (n && task.deps[n] == 0) {
       task.deps[n] = -1;  // queued
-      ready.push({n});
+      enqueue({n});
     }
   }
+  // Sends n's outputs along its edges (those `only` names, when given) and queues the nodes they complete.
+  auto send = [&](Node* n, bool run, variable_list& outputs, const std::vector<bool>* only) {
+    if (outputs.size() < n->num_outputs()) outputs.resize(n->num_outputs());
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      if (only && !(*only)[i]) continue;
+      const Edge& e = n->next_edges[i];
+      if (!e.fn) continue;
+      Node* next = e.fn.get();
+      if (run && outputs[i].defined()) {
+        Tensor g = validate(*n, i, std::move(outputs[i]), e);
+        auto& buf = task.buffers[next];
+        if (buf.empty()) buf.resize(next->num_inputs());
+        add_to_buffer(buf, e.input_nr, std::move(g));
+      }
+      if (--task.deps[next] == 0) {
+        task.deps[next] = -1;
+        enqueue({next});
+      }
+    }
+  };
 
-  while (!ready.empty()) {
-    Node* n = ready.top().node;
+  for (;;) {
+    if (ready.empty()) {
+      if (targets_done) break;
+      // Every node that reaches a target has run: their gradients are final.
+      targets_done = true;
+      task.on_ready();
+      while (!later.empty()) {
+        ready.push(later.top());
+        later.pop();
+      }
+      continue;
+    }
+    const NodeTask t = ready.top();
     ready.pop();
+    Node* n = t.node;
+    if (t.deferred >= 0) {
+      Deferred d = std::move(task.deferred[t.deferred]);
+      variable_list outputs;
+      if (d.computed) {
+        outputs = std::move(d.outputs);
+      } else {
+        MaskScope scope(&d.mask);
+        outputs = n->apply(std::move(d.inputs));
+        if (!task.keep_graph) n->release_variables();
+      }
+      send(n, true, outputs, &d.mask);
+      continue;
+    }
     variable_list inputs = std::move(task.buffers[n]);
     task.buffers.erase(n);
     inputs.resize(n->num_inputs());
@@ -532,6 +622,26 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
     bool run = !task.capture_mode || (task.needed.count(n) && !dynamic_cast<AccumulateGrad*>(n));
     if (task.capture_mode && cap != task.captures.end() && dynamic_cast<AccumulateGrad*>(n)) run = false;
 
+    // Before the targets are done, a node (one that reaches a target) whose other edges lead elsewhere is
+    // split: `first` names the edges sent now, the rest wait in a Deferred.
+    std::vector<bool> first;
+    bool split = false;
+    if (!targets_done && run) {
+      first.resize(n->next_edges.size());
+      for (size_t i = 0; i < first.size(); ++i) {
+        const Edge& e = n->next_edges[i];
+        first[i] = !e.fn || task.toward.count(e.fn.get()) != 0;
+        split = split || !first[i];
+      }
+    }
+    Deferred rest;
+    if (split) {
+      rest.node = n;
+      rest.mask.resize(first.size());
+      for (size_t i = 0; i < first.size(); ++i) rest.mask[i] = !first[i];
+    }
+    bool keep_saved = false;  // the node runs again for its held-back part
+
     variable_list outputs;
     if (run) {
       bool any_defined = false;
@@ -551,38 +661,53 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
             inputs = std::move(r);
           }
         }
-        variable_list grad_outputs_copy;
-        if (!n->post_hooks.empty()) grad_outputs_copy = inputs;
-        outputs = n->apply(std::move(inputs));
-        for (auto& h : n->post_hooks) {
-          variable_list r = h.fn(outputs, grad_outputs_copy);
-          if (!r.empty()) {
-            if (r.size() != outputs.size())
-              throw std::runtime_error("[backward hook] hook returned " + std::to_string(r.size()) +
-                                       " gradients, expected " + std::to_string(outputs.size()));
-            outputs = std::move(r);
+        if (split && n->computes_wanted_outputs && n->post_hooks.empty()) {
+          rest.inputs = inputs;  // the same incoming gradients for the second application
+          keep_saved = true;
+          MaskScope scope(&first);
+          outputs = n->apply(std::move(inputs));
+        } else {
+          variable_list grad_outputs_copy;
+          if (!n->post_hooks.empty()) grad_outputs_copy = inputs;
+          outputs = n->apply(std::move(inputs));
+          for (auto& h : n->post_hooks) {
+            variable_list r = h.fn(outputs, grad_outputs_copy);
+            if (!r.empty()) {
+              if (r.size() != outputs.size())
+                throw std::runtime_error("[backward hook] hook returned " + std::to_string(r.size()) +
+                                         " gradients, expected " + std::to_string(outputs.size()));
+              outputs = std::move(r);
+            }
           }
         }
       }
-      if (!task.keep_graph) n->release_variables();
+      if (!task.keep_graph && !keep_saved) n->release_variables();
     }
     if (outputs.size() < n->num_outputs()) outputs.resize(n->num_outputs());
-
-    for (size_t i = 0; i < n->next_edges.size(); ++i) {
-      const Edge& e = n->next_edges[i];
-      if (!e.fn) continue;
-      Node* next = e.fn.get();
-      if (run && outputs[i].defined()) {
-        Tensor g = validate(*n, i, std::move(outputs[i]), e);
-        auto& buf = task.buffers[next];
-        if (buf.empty()) buf.resize(next->num_inputs());
-        add_to_buffer(buf, e.input_nr, std::move(g));
+    if (split) {
+      if (!keep_saved) {  // computed whole: hold the other part back
+        rest.computed = true;
+        rest.outputs.resize(outputs.size());
+        for (size_t i = 0; i < outputs.size(); ++i)
+          if (rest.mask[i]) rest.outputs[i] = std::move(outputs[i]);
       }
-      if (--task.deps[next] == 0) {
-        task.deps[next] = -1;
-        ready.push({next});
-      }
+      task.deferred.push_back(std::move(rest));
+      later.push({n, static_cast<int>(task.deferred.size() - 1)});
     }
+    send(n, run, outputs, split ? &first : nullptr);
+  }
+}
+
+// Runs `task` over the graph behind `roots`, then its queued callbacks (queue_callback), on this thread.
+void run_task(GraphTask& task, const std::vector<Edge>& roots, variable_list root_grads) {
+  t_tasks.push_back(&task);
+  struct Pop {
+    ~Pop() { t_tasks.pop_back(); }
+  } pop;
+  execute(task, roots, std::move(root_grads));
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    auto cb = std::move(task.callbacks[i]);  // a callback may queue more (the vector may grow)
+    cb();
   }
 }
 
@@ -643,7 +768,7 @@ void backward(const variable_list& roots, const variable_list& grad_roots, std::
     ~Restore() { GradMode::set_enabled(prev); }
   } restore{prev};
   GradMode::set_enabled(create_graph);
-  execute(task, edges, std::move(grads));
+  run_task(task, edges, std::move(grads));
   if (!inputs.empty()) {
     // accumulate the captured gradients into .grad of the given inputs
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -653,6 +778,39 @@ void backward(const variable_list& roots, const variable_list& grad_roots, std::
       m.grad = m.grad.defined() ? m.grad + c : (create_graph ? c : c.clone());
     }
   }
+}
+
+void backward_targets_first(const variable_list& roots, const variable_list& grad_roots, bool retain_graph,
+                            const variable_list& targets, const std::function<void()>& on_ready) {
+  if (!on_ready) throw std::invalid_argument("[backward_targets_first] on_ready is empty");
+  auto edges = root_edges(roots);
+  variable_list grads = root_gradients(roots, grad_roots);
+  GraphTask task;
+  task.keep_graph = retain_graph;
+  task.create_graph = false;
+  task.on_ready = on_ready;
+  std::vector<Edge> target_edges;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!targets[i].defined() || !targets[i].requires_grad())
+      throw std::invalid_argument("[backward_targets_first] target " + std::to_string(i) + " does not require grad");
+    Edge e = gradient_edge(targets[i]);
+    if (e.fn) task.targets.push_back(e.fn.get());
+    target_edges.push_back(std::move(e));  // a leaf's accumulator made here lives through the pass
+  }
+  bool prev = GradMode::is_enabled();
+  struct Restore {
+    bool prev;
+    ~Restore() { GradMode::set_enabled(prev); }
+  } restore{prev};
+  GradMode::set_enabled(false);
+  run_task(task, edges, std::move(grads));
+}
+
+bool output_wanted(size_t i) { return !t_output_mask || (i < t_output_mask->size() && (*t_output_mask)[i]); }
+
+void queue_callback(std::function<void()> cb) {
+  if (t_tasks.empty()) throw std::runtime_error("Final callbacks can only be installed during backward pass.");
+  t_tasks.back()->callbacks.push_back(std::move(cb));
 }
 
 variable_list grad(const variable_list& outputs, const variable_list& inputs, const variable_list& grad_outputs,
@@ -678,7 +836,7 @@ variable_list grad(const variable_list& outputs, const variable_list& inputs, co
       bool prev;
       ~Restore() { GradMode::set_enabled(prev); }
     } restore{prev};
-    execute(task, edges, std::move(grads));
+    run_task(task, edges, std::move(grads));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!task.captured[i].defined() && !allow_unused)

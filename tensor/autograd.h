@@ -108,6 +108,9 @@ struct Node : std::enable_shared_from_this<Node> {
   /// False when apply wants missing incoming gradients as undefined tensors rather than zeros (a custom
   /// Function after ctx->set_materialize_grads(false)).
   virtual bool materializes_grads() const { return true; }
+  /// True when apply computes only the outputs output_wanted() names (the engine may then apply it twice
+  /// over the same incoming gradients, a part of its outputs each time: see backward_targets_first).
+  bool computes_wanted_outputs = false;
 
   size_t num_inputs() const { return input_meta.size(); }
   size_t num_outputs() const { return next_edges.size(); }
@@ -235,6 +238,27 @@ void check_inplace(const Tensor& self, const char* op);
 /// Runs backward from `roots` with `grad_roots` (undefined: ones for a scalar root).
 void backward(const variable_list& roots, const variable_list& grad_roots = {}, std::optional<bool> retain_graph = std::nullopt,
               bool create_graph = false, const variable_list& inputs = {});
+
+/// backward(roots, grad_roots, retain_graph), calling `on_ready` as soon as the gradients of `targets`
+/// are final (their .grad, for leaves), before the rest of the graph is done: the engine first runs the
+/// nodes from which a target can be reached, asks a node that also feeds other edges (a Linear's
+/// AddmmBackward0, whose weight gradient leads elsewhere) for the targets' part alone when it
+/// computes_wanted_outputs (else it computes all and holds the other part back), and runs the rest after
+/// on_ready returns. A pipeline stage answers with its input gradients while it computes its weights'.
+/// The order of the other nodes, and so every gradient's value, is unchanged only up to the order of
+/// additions into a gradient with several producers.
+void backward_targets_first(const variable_list& roots, const variable_list& grad_roots, bool retain_graph,
+                            const variable_list& targets, const std::function<void()>& on_ready);
+
+/// Inside a node's apply: true when the engine wants its output `i` now (always true outside a split
+/// application; see backward_targets_first). Ops whose backward computes several gradients skip the
+/// ones not wanted.
+bool output_wanted(size_t i);
+
+/// PyTorch's Variable._execution_engine.queue_callback: runs `cb` on this thread when the backward pass
+/// under way on it has run its whole graph, before backward() (or grad()) returns; callbacks queued by a
+/// callback run too, in order. Throws outside a backward pass. A callback's exception ends the pass.
+void queue_callback(std::function<void()> cb);
 
 /// torch.autograd.grad: gradients of `outputs` with respect to `inputs`, without touching `.grad`.
 variable_list grad(const variable_list& outputs, const variable_list& inputs, const variable_list& grad_outputs = {},

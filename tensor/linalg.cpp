@@ -159,14 +159,16 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   if (autograd::any_requires_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     const bool a_cm = need_a && column_major(a), b_cm = need_b && column_major(b);
-    autograd::record("MmBackward0", {a, b}, out,
-                     [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false),
-                      need_a, need_b, a_cm, b_cm](const variable_list& g) {
-                       Tensor ga, gb;
-                       if (need_a) ga = mm_grad_a(g[0], sb.unpack(), a_cm);
-                       if (need_b) gb = mm_grad_b(g[0], sa.unpack(), b_cm);
-                       return variable_list{ga, gb};
-                     });
+    auto node = autograd::record(
+        "MmBackward0", {a, b}, out,
+        [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false), need_a,
+         need_b, a_cm, b_cm](const variable_list& g) {
+          Tensor ga, gb;
+          if (need_a && autograd::output_wanted(0)) ga = mm_grad_a(g[0], sb.unpack(), a_cm);
+          if (need_b && autograd::output_wanted(1)) gb = mm_grad_b(g[0], sa.unpack(), b_cm);
+          return variable_list{ga, gb};
+        });
+    if (node) node->computes_wanted_outputs = true;
   }
   return out;
 }
@@ -187,14 +189,16 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   Tensor out = bmm_forward(a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    autograd::record("BmmBackward0", {a, b}, out,
-                     [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false),
-                      need_a, need_b](const variable_list& g) {
-                       Tensor ga, gb;
-                       if (need_a) ga = bmm(g[0], sb.unpack().transpose(1, 2));
-                       if (need_b) gb = bmm(sa.unpack().transpose(1, 2), g[0]);
-                       return variable_list{ga, gb};
-                     });
+    auto node = autograd::record(
+        "BmmBackward0", {a, b}, out,
+        [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false), need_a,
+         need_b](const variable_list& g) {
+          Tensor ga, gb;
+          if (need_a && autograd::output_wanted(0)) ga = bmm(g[0], sb.unpack().transpose(1, 2));
+          if (need_b && autograd::output_wanted(1)) gb = bmm(sa.unpack().transpose(1, 2), g[0]);
+          return variable_list{ga, gb};
+        });
+    if (node) node->computes_wanted_outputs = true;
   }
   return out;
 }
@@ -240,25 +244,26 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta, 
   if (autograd::any_requires_grad({&bias, &a, &b})) {
     const bool need_bias = bias.requires_grad(), need_a = a.requires_grad(), need_b = b.requires_grad();
     const bool a_cm = need_a && column_major(a), b_cm = need_b && column_major(b);
-    autograd::record(
+    auto node = autograd::record(
         "AddmmBackward0", {bias, a, b}, out,
         [sa = SavedVariable(need_b ? a : Tensor(), false), sb = SavedVariable(need_a ? b : Tensor(), false),
          bias_sizes = bias.sizes().vec(), need_bias, need_a, need_b, a_cm, b_cm, beta_d, alpha_d](const variable_list& g) {
           Tensor gbias, ga, gb;
-          if (need_bias) {
+          if (need_bias && autograd::output_wanted(0)) {
             gbias = beta_d == 1 ? g[0] : mul(g[0], scalar_for(g[0].dtype(), beta_d));
             gbias = sum_to(gbias, bias_sizes);
           }
-          if (need_a) {
+          if (need_a && autograd::output_wanted(1)) {
             ga = mm_grad_a(g[0], sb.unpack(), a_cm);
             if (alpha_d != 1) ga = mul(ga, scalar_for(ga.dtype(), alpha_d));
           }
-          if (need_b) {
+          if (need_b && autograd::output_wanted(2)) {
             gb = mm_grad_b(g[0], sa.unpack(), b_cm);
             if (alpha_d != 1) gb = mul(gb, scalar_for(gb.dtype(), alpha_d));
           }
           return variable_list{gbias, ga, gb};
         });
+    if (node) node->computes_wanted_outputs = true;
   }
   return out;
 }

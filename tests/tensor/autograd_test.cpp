@@ -470,4 +470,130 @@ TEST(Autograd, DeepChainDoesNotOverflowTheStack) {
   SUCCEED();
 }
 
+// ---- backward_targets_first, output_wanted, queue_callback
+
+// A two-layer perceptron on a leaf input x (float64, same values for the same seed).
+struct Perceptron {
+  Tensor x, w1, b1, w2, b2;
+  Perceptron() {
+    manual_seed(7);
+    auto opt = TensorOptions().dtype(kFloat64);
+    x = randn({4, 3}, opt).requires_grad_(true);
+    w1 = randn({5, 3}, opt).requires_grad_(true);
+    b1 = randn({5}, opt).requires_grad_(true);
+    w2 = randn({2, 5}, opt).requires_grad_(true);
+    b2 = randn({2}, opt).requires_grad_(true);
+  }
+  Tensor loss() const { return linear(relu(linear(x, w1, b1)), w2, b2).pow(2).sum(); }
+  std::vector<Tensor> weights() const { return {w1, b1, w2, b2}; }
+};
+
+TEST(Autograd, TargetsFirstFinishesTheTargetsGradientBeforeAnyWeights) {
+  Perceptron plain, early;
+  plain.loss().backward();
+  Tensor l = early.loss();
+  int ready = 0;
+  std::vector<int> posted;  // post-accumulate hooks of the weights, by index, in the order they fired
+  for (int i = 0; i < 4; ++i)
+    early.weights()[i].register_post_accumulate_grad_hook([&posted, &ready, i](const Tensor&) {
+      EXPECT_EQ(ready, 1) << "weight " << i << " accumulated before on_ready";
+      posted.push_back(i);
+    });
+  autograd::backward_targets_first({l}, {}, /*retain_graph=*/false, {early.x}, [&] {
+    ++ready;
+    ASSERT_TRUE(early.x.grad().defined());
+    EXPECT_TRUE(equal(early.x.grad(), plain.x.grad()));
+    for (const auto& w : early.weights()) EXPECT_FALSE(w.grad().defined());
+  });
+  EXPECT_EQ(ready, 1);
+  EXPECT_EQ(posted.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(early.weights()[i].grad().defined()) << i;
+    EXPECT_TRUE(equal(early.weights()[i].grad(), plain.weights()[i].grad())) << i;
+  }
+  // without retain_graph the whole graph is freed, the nodes run in two parts included
+  EXPECT_CONTAINS(error_of([&] { l.backward(); }), "Trying to backward through the graph a second time");
+}
+
+TEST(Autograd, TargetsFirstAppliesANodeTwiceOnlyWhenItComputesWantedOutputs) {
+  for (bool wanted : {true, false}) {
+    SCOPED_TRACE(wanted ? "computes wanted outputs" : "computes all");
+    Tensor x = leaf({1, 2}), w = leaf({3, 4});
+    Tensor out = (x * 1.0) + (w * 1.0);  // stand-in forward; the node below replaces its backward
+    std::vector<std::string> calls;       // which outputs each application was asked for
+    Tensor y = out.detach();
+    auto node = autograd::record(
+        "Both", {x, w}, y,
+        [&calls](const variable_list& g) {
+          std::string asked = std::string(autograd::output_wanted(0) ? "x" : "") + (autograd::output_wanted(1) ? "w" : "");
+          calls.push_back(asked);
+          return variable_list{g[0] * 2.0, g[0] * 3.0};
+        },
+        /*saves=*/false);
+    ASSERT_TRUE(node);
+    node->computes_wanted_outputs = wanted;
+    bool ready = false;
+    autograd::backward_targets_first({y.sum()}, {}, false, {x}, [&] {
+      ready = true;
+      EXPECT_EQ(vals(x.grad()), (std::vector<double>{2, 2}));
+      EXPECT_FALSE(w.grad().defined());  // held back either way
+    });
+    EXPECT_TRUE(ready);
+    EXPECT_EQ(vals(w.grad()), (std::vector<double>{3, 3}));
+    if (wanted) EXPECT_EQ(calls, (std::vector<std::string>{"x", "w"}));
+    else EXPECT_EQ(calls, (std::vector<std::string>{"xw"}));
+  }
+  EXPECT_TRUE(autograd::output_wanted(0));  // outside the engine: everything
+  EXPECT_TRUE(autograd::output_wanted(7));
+}
+
+TEST(Autograd, TargetsFirstWithoutTargetsInTheGraphStillRunsEverything) {
+  Perceptron plain, early;
+  plain.loss().backward();
+  Tensor unrelated = leaf({1});
+  bool ready = false;
+  autograd::backward_targets_first({early.loss()}, {}, false, {unrelated}, [&] { ready = true; });
+  EXPECT_TRUE(ready);
+  EXPECT_FALSE(unrelated.grad().defined());
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(equal(early.weights()[i].grad(), plain.weights()[i].grad())) << i;
+  EXPECT_TRUE(equal(early.x.grad(), plain.x.grad()));
+  EXPECT_THROW(autograd::backward_targets_first({early.loss()}, {}, false, {leaf({1}).detach()}, [] {}),
+               std::invalid_argument);
+}
+
+TEST(Autograd, QueueCallbackRunsAfterTheWholeGraphBeforeBackwardReturns) {
+  Tensor x = leaf({1, 2});
+  std::vector<std::string> log;
+  Tensor y = x * 2.0;
+  y.register_hook([&](const Tensor&) {
+    log.push_back("hook");
+    autograd::queue_callback([&] {
+      log.push_back(x.grad().defined() ? "callback after x.grad" : "callback before x.grad");
+      autograd::queue_callback([&] { log.push_back("queued by a callback"); });
+    });
+    return Tensor();
+  });
+  y.sum().backward();
+  log.push_back("backward returned");
+  EXPECT_EQ(log, (std::vector<std::string>{"hook", "callback after x.grad", "queued by a callback", "backward returned"}));
+  // grad() runs them too; outside a pass it is PyTorch's error
+  Tensor z = x * 3.0;
+  int n = 0;
+  z.register_hook([&](const Tensor&) {
+    autograd::queue_callback([&] { ++n; });
+    return Tensor();
+  });
+  autograd::grad({z.sum()}, {x});
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(error_of([] { autograd::queue_callback([] {}); }), "Final callbacks can only be installed during backward pass.");
+  // a callback's exception ends the pass with it
+  Tensor v = x * 4.0;
+  v.register_hook([&](const Tensor&) {
+    autograd::queue_callback([] { throw std::runtime_error("callback failed"); });
+    return Tensor();
+  });
+  EXPECT_EQ(error_of([&] { v.sum().backward(); }), "callback failed");
+  EXPECT_EQ(error_of([] { autograd::queue_callback([] {}); }), "Final callbacks can only be installed during backward pass.");
+}
+
 }  // namespace
