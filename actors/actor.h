@@ -114,6 +114,13 @@ class Actor {
   }
   /// Registers `method` with a handler that takes the raw argument list.
   void handle_list(const std::string& method, Handler fn) { handlers_[method] = std::move(fn); }
+  /// Answers the message being handled with `result` before the handler returns: the caller's Future
+  /// completes while the handler goes on working (RemoteModule's host answers a backward with its input
+  /// gradients, then computes its weights'). The handler's own result is then dropped, and an exception
+  /// it throws afterwards is only printed, as for a one-way message: keep such an error for a later
+  /// request. Messages to this actor still wait until the handler returns. On a one-way message it does
+  /// nothing. Throws ActorError outside a handler of this actor, or when called twice in one.
+  void reply_now(Value result);
   /// Runs this actor on a thread of its own (call it in the constructor). For actors whose handlers wait
   /// on other actors' replies: a handler that waits holds its thread, and the shared scheduler has 4
   /// (TROUPE_ACTOR_THREADS), so chains of waiting handlers deeper than that would wait until timeout.

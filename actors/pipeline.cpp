@@ -68,8 +68,13 @@ Tensor Pipeline::train_step(const Tensor& input, const Tensor& target, const Los
     mb.phase = Phase::Forward;
     mb.stage = i;
   };
+  // A stage answers with its input's gradient before it computes its weights' (the stage before starts
+  // its backward meanwhile); `finishing` holds the answers that say a stage's part is all done.
+  std::vector<Future<void>> finishing;
+  finishing.reserve(static_cast<size_t>(M) * p);
   auto start_backward = [&](Micro& mb, int i, const Tensor& g) {
-    mb.pending = stages_[i]->backward_keyed(mb.keys[i], {g});
+    finishing.emplace_back();
+    mb.pending = stages_[i]->backward_keyed(mb.keys[i], {g}, finishing.back());
     mb.phase = Phase::Backward;
     mb.stage = i;
   };
@@ -150,6 +155,7 @@ Tensor Pipeline::train_step(const Tensor& input, const Tensor& target, const Los
           }
       }
     }
+    for (const auto& f : finishing) f.wait();  // every stage's gradients are final
   } catch (...) {
     release_all();
     throw;

@@ -22,6 +22,7 @@
 #include <troupe/optim/rmsprop.h>
 #include <troupe/optim/sgd.h>
 #include <troupe/tensor/autograd.h>
+#include <troupe/util/env.h>
 
 namespace troupe::actors {
 
@@ -140,7 +141,18 @@ class ModuleHost : public Actor {
     detail::note_hosted_modules(this, std::move(paths));
     allow_inline_requests();  // a caller in this process waiting on an idle host runs the call itself
     handle_list("fwd", [this](const List& a) { return forward(a); });
-    handle("bwd", [this](int64_t key, List grads) { return backward(key, grads); });
+    handle("bwd", [this](int64_t key, List grads) { return backward(key, grads, false); });
+    // bwd1 answers with the input gradients as soon as they are final and then computes the rest (the
+    // weights' gradients, their hooks); bwdend, sent right after it, answers once that is done, with the
+    // error of that part if it failed (the caller's backward waits for it before it returns).
+    handle("bwd1", [this](int64_t key, List grads) { return backward(key, grads, true); });
+    handle("bwdend", [this](int64_t key) {
+      auto it = late_errors_.find(key);
+      if (it == late_errors_.end()) return;
+      std::string e = std::move(it->second);
+      late_errors_.erase(it);
+      throw ActorError(e);
+    });
     handle("rel", [this](int64_t key) { recorded_.erase(key); });
     handle("members", [this](std::string path, std::string prefix, bool recurse, bool dedup, bool buffers) {
       return guard(path, [&](nn::Module& m) {
@@ -339,8 +351,9 @@ class ModuleHost : public Actor {
   }
 
   // bwd(key, grads): backward from the outputs of forward `key` with the caller's gradients; returns the
-  // gradients of its inputs (none where an input needs none).
-  List backward(int64_t key, const List& grads) {
+  // gradients of its inputs (none where an input needs none). `early` (bwd1): answers with them as soon
+  // as they are final (reply_now), then finishes the graph; an error after that waits for bwdend.
+  List backward(int64_t key, const List& grads, bool early) {
     nn::PlacedBypass bypass;
     auto it = recorded_.find(key);
     if (it == recorded_.end()) autograd::throw_backward_twice();
@@ -354,18 +367,39 @@ class ModuleHost : public Actor {
       roots.push_back(r.outputs[i]);
       root_grads.push_back(grads[i].as<Tensor>());
     }
-    if (!roots.empty()) autograd::backward(roots, root_grads, /*retain_graph=*/true);
-    List out;
-    out.reserve(r.inputs.size());
-    for (auto& x : r.inputs) {
-      if (x.requires_grad() && x.grad().defined()) {
-        out.emplace_back(x.grad());
-        x.set_grad(Tensor());
-      } else {
-        out.emplace_back();
+    auto input_grads = [&r] {
+      List out;
+      out.reserve(r.inputs.size());
+      for (auto& x : r.inputs) {
+        if (x.requires_grad() && x.grad().defined()) {
+          out.emplace_back(x.grad());
+          x.set_grad(Tensor());
+        } else {
+          out.emplace_back();
+        }
       }
+      return out;
+    };
+    if (roots.empty()) return input_grads();
+    if (!early) {
+      autograd::backward(roots, root_grads, /*retain_graph=*/true);
+      return input_grads();
     }
-    return out;
+    std::vector<Tensor> targets;
+    for (const auto& x : r.inputs)
+      if (x.requires_grad()) targets.push_back(x);
+    bool answered = false;
+    try {
+      autograd::backward_targets_first(roots, root_grads, /*retain_graph=*/true, targets, [&] {
+        reply_now(Value(input_grads()));
+        answered = true;
+      });
+    } catch (const std::exception& e) {
+      if (!answered) throw;
+      late_errors_.emplace(key, std::string("[actors] backward of ") + name() + " (rank " + std::to_string(rank()) +
+                                    "), after its input gradients were sent: " + e.what());
+    }
+    return List{};  // dropped: answered above
   }
 
   int64_t add_hook(nn::Module& m, const std::string& kind, const std::string& name, bool prepend, bool always_call) {
@@ -400,6 +434,7 @@ class ModuleHost : public Actor {
 
   nn::ModulePtr root_;
   std::unordered_map<int64_t, Recorded> recorded_;
+  std::unordered_map<int64_t, std::string> late_errors_;  // bwd1's errors after it answered, for bwdend
   std::unordered_map<int64_t, nn::RemovableHandle> hooks_;
   std::unordered_map<int64_t, std::unique_ptr<optim::Optimizer>> optimizers_;
   std::map<int64_t, List> opt_specs_;  // what each optimizer was built from (a restore builds it again)
@@ -536,6 +571,14 @@ struct RemoteCall {
   }
 };
 
+/// Whether hosts answer a backward as soon as its input gradients are final (bwd1, then bwdend).
+/// TROUPE_ACTOR_EARLY_INPUT_GRADS=0: one request (bwd), answered once the host's part is all done, as
+/// before 2026-11-28; for comparisons, and a way round should the early answer misbehave.
+bool early_input_grads() {
+  static const bool early = util::env_int("TROUPE_ACTOR_EARLY_INPUT_GRADS", 1, 0, 1) != 0;
+  return early;
+}
+
 /// The node a forward through a proxy records: backward asks the host to run its part.
 struct RemoteCallNode : autograd::Node {
   std::shared_ptr<RemoteCall> call;
@@ -554,11 +597,37 @@ struct RemoteCallNode : autograd::Node {
     g.reserve(grads.size());
     for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
     if (call->sup) call->sup->check_graph(call->gen, *what);  // a restarted host lost the graph
+    // The host answers bwd1 with the input gradients before it computes its weights' (the caller's
+    // backward goes on meanwhile); bwdend's answer, which this backward waits for before it returns (a
+    // callback of the engine; outside a backward pass, here), says that the host has finished.
+    const bool early = early_input_grads();
+    auto recover = [](const RemoteCall& c, const std::string& w, const ActorError& e) {
+      if (c.sup && c.sup->recover(c.gen, e.what())) c.sup->check_graph(c.gen, w);
+    };
     List r;
     try {
-      r = detail::call_now<List>(call->host, "bwd", List{Value(call->key), Value(std::move(g))});
+      if (!early) {
+        r = detail::call_now<List>(call->host, "bwd", List{Value(call->key), Value(std::move(g))});
+      } else {
+        auto first = call->host.request_list<List>("bwd1", List{Value(call->key), Value(std::move(g))});
+        auto end = call->host.request_list<void>("bwdend", List{Value(call->key)});
+        r = first.get();
+        auto finish = [end, c = call, w = what, recover] {
+          try {
+            end.get();
+          } catch (const ActorError& e) {
+            recover(*c, *w, e);
+            throw;
+          }
+        };
+        try {
+          autograd::queue_callback(finish);
+        } catch (const std::runtime_error&) {
+          finish();
+        }
+      }
     } catch (const ActorError& e) {
-      if (call->sup && call->sup->recover(call->gen, e.what())) call->sup->check_graph(call->gen, *what);
+      recover(*call, *what, e);
       throw;
     }
     autograd::variable_list out(num_outputs());
@@ -993,6 +1062,15 @@ Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>
   List g;
   for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
   return host_actor().request<List>("bwd", key, std::move(g));
+}
+
+Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads, Future<void>& finished) {
+  List g;
+  for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+  ActorRef h = host_actor();
+  auto first = h.request<List>(early_input_grads() ? "bwd1" : "bwd", key, std::move(g));
+  finished = h.request<void>("bwdend", key);
+  return first;
 }
 
 void RemoteModule::release_key(int64_t key) {

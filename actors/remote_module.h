@@ -186,6 +186,9 @@ class RemoteModule : public nn::Module {
   /// The host's backward of forward `key` from `grads` (one per output tensor; undefined: none), keeping
   /// its graph; the reply lists the inputs' gradients (none where not needed).
   Future<List> backward_keyed(int64_t key, const std::vector<Tensor>& grads);
+  /// The same, answered as soon as the inputs' gradients are final: the host then computes its
+  /// parameters' gradients, and `finished` completes (or fails with that part's error) once it has.
+  Future<List> backward_keyed(int64_t key, const std::vector<Tensor>& grads, Future<void>& finished);
   /// Frees what the host kept for `key`.
   void release_key(int64_t key);
 

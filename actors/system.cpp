@@ -413,6 +413,14 @@ struct LaneRun {
   std::shared_ptr<Host> host;
   Item item;
 };
+// The message a handler on this thread answers (Actor::reply_now): `send` answers it.
+struct EarlyAnswer {
+  const Actor* actor = nullptr;
+  std::function<void(Value)> send;
+  bool answered = false;
+};
+thread_local EarlyAnswer* t_answer = nullptr;
+
 thread_local std::vector<LaneRun>* t_lane_runs = nullptr;  // this thread's while it polls the lane outside a handler
 thread_local bool t_lane_handler = false;                  // the lane thread runs a handler
 // How long the lane thread, waiting inside a handler, sleeps on its doorbell between looks: a reply that
@@ -1398,7 +1406,9 @@ class System {
 
  public:
   /// Runs `method(args)` on `h`'s actor (its handler, or the error when there is none or it threw).
-  static void invoke(Host& h, const std::string& method, const List& args, Value& result, std::string& error) {
+  /// `early` (when given) is the answer reply_now sends; its `answered` tells whether it did.
+  static void invoke(Host& h, const std::string& method, const List& args, Value& result, std::string& error,
+                     EarlyAnswer* early = nullptr) {
     Handler* fn = h.handler(ActorAccess::handlers(*h.actor), method);
     if (!fn) {
       std::string known;
@@ -1406,6 +1416,12 @@ class System {
       error = "it has no method '" + method + "' (its methods: " + known + ")";
       return;
     }
+    struct Scope {
+      EarlyAnswer* prev;
+      ~Scope() { t_answer = prev; }
+    } scope{t_answer};
+    if (early) early->actor = h.actor.get();
+    t_answer = early;
     try {
       result = (*fn)(args);
     } catch (const std::exception& e) {
@@ -1425,16 +1441,26 @@ class System {
       if (error.empty() && !c.args.decode_error().empty()) error = "its arguments could not be decoded: " + c.args.decode_error();
     }
     if (item.lane_from >= 0) g_lane_trace.record(c.id, 2);
+    EarlyAnswer early;
+    early.send = [&h, &item](Value v) {
+      if (item.call.id != 0) answer(h, item, true, std::move(v), std::string());
+    };
     if (error.empty()) {
       if (h.inline_ok && h.sys->lane_run_inline_ns_ > 0) {  // how long it takes decides where the next Call from the lane runs
         const auto t0 = std::chrono::steady_clock::now();
-        invoke(h, c.method, c.args.values, result, error);
+        invoke(h, c.method, c.args.values, result, error, &early);
         h.note_run(std::chrono::steady_clock::now() - t0);
       } else {
-        invoke(h, c.method, c.args.values, result, error);
+        invoke(h, c.method, c.args.values, result, error, &early);
       }
     }
     const bool ok = error.empty();
+    if (early.answered) {
+      if (!ok)
+        std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed after it was answered: %s\n",
+                     c.method.c_str(), h.name.c_str(), h.rank, error.c_str());
+      return;
+    }
     if (c.id == 0) {
       if (!ok) {
         std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed: %s\n", c.method.c_str(), h.name.c_str(),
@@ -1442,6 +1468,12 @@ class System {
       }
       return;
     }
+    answer(h, item, ok, std::move(result), std::move(error));
+  }
+
+  /// Sends the answer to request `item` (id != 0) of `h`: its result, or its error.
+  static void answer(Host& h, Item& item, bool ok, Value result, std::string error) {
+    Call& c = item.call;
     if (item.state) {  // a request from this process
       if (ok) item.state->complete(std::move(result));
       else item.state->fail("[actors] " + item.state->what() + " failed: " + error);
@@ -1684,10 +1716,29 @@ bool Host::call_here(const std::string& method, const List& args, Value& result,
   }
   {
     InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
-    System::invoke(*this, method, args, result, error);
+    Value answered;
+    EarlyAnswer early;
+    early.send = [&answered](Value v) { answered = std::move(v); };
+    System::invoke(*this, method, args, result, error, &early);
+    if (early.answered) {
+      if (!error.empty())
+        std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed after it was answered: %s\n",
+                     method.c_str(), name.c_str(), rank, error.c_str());
+      result = std::move(answered);
+      error.clear();
+    }
   }
   end_inline();
   return true;
+}
+
+/// Actor::reply_now: answers the message `actor`'s handler on this thread handles.
+void answer_now(const Actor* actor, Value result) {
+  EarlyAnswer* a = t_answer;
+  if (!a || a->actor != actor) throw ActorError("[actors] reply_now() outside a handler of actor '" + actor->name() + "'");
+  if (a->answered) throw ActorError("[actors] reply_now() called twice in one handler of actor '" + actor->name() + "'");
+  a->answered = true;
+  a->send(std::move(result));
 }
 
 void Host::close(const std::string& reason, std::vector<Item> left) {
@@ -2077,5 +2128,7 @@ int64_t data_plane_bytes() {
 void set_data_plane_bytes(int64_t bytes) {
   detail::g_data_plane.threshold = bytes > 0 ? bytes : std::numeric_limits<int64_t>::max();
 }
+
+void Actor::reply_now(Value result) { detail::answer_now(this, std::move(result)); }
 
 }  // namespace troupe::actors

@@ -4,7 +4,9 @@
 //   mpirun -np 2 pipeline_bench [--quick]       (also -np 4)
 // Each stage: Linear(512, 512), ReLU, Linear(512, 512), ReLU (float32, 1 thread per rank); a batch of 256
 // rows, MSE loss. For m = 4 and 8 micro-batches and both schedules:
-//   serial     the m micro-batches one after another through every stage (no two stages busy at once)
+//   serial     the m micro-batches one after another through every stage (a pipeline of one micro-batch:
+//              two stages are busy at once only while a stage computes its weights' gradients after it
+//              has sent its input's, and the stage before runs its backward)
 //   pipelined  Pipeline(stages, m).train_step
 //   efficiency = (serial / p) / pipelined: 1 when every stage is busy all the time; the fill-drain bound is
 //              m / (m + p - 1) (a bubble of (p - 1) / (m + p - 1)). Stages share the machine's cores: with

@@ -551,6 +551,62 @@ TEST(MpiRemoteModule, SplitTreeMatchesTheLocalTree) {
   ctx.world->barrier();
 }
 
+// The host answers a backward with its input gradients before it computes its weights' (bwd1): the
+// caller's own backward goes on meanwhile, and loss.backward() returns once the host is done (bwdend).
+TEST(MpiRemoteModule, TheCallersBackwardGoesOnWhileTheHostFinishesItsWeights) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    using Clock = std::chrono::steady_clock;
+    manual_seed(7);
+    Block local_blk;
+    nn::Linear local_pre(4, 4);
+    local_pre->to(kFloat64);
+    auto blk = host(rt, ctx.size - 1, "Block", {}, "mpi.slow");
+    blk->load_state_dict(local_blk->state_dict());
+    nn::Linear pre(4, 4);
+    pre->to(kFloat64);
+    pre->load_state_dict(local_pre->state_dict());
+    blk->apply("test.slow_grads");  // 4 parameters: the host's part of backward takes >= 400 ms
+    manual_seed(3);
+    Tensor x = randn({3, 4}, kFloat64);
+    std::atomic<double> local_at{-1};
+    auto t0 = Clock::now();
+    pre->weight.register_post_accumulate_grad_hook(
+        [&](const Tensor&) { local_at = std::chrono::duration<double>(Clock::now() - t0).count(); });
+    Tensor y = (*blk)(pre(x));
+    t0 = Clock::now();
+    (y * y).sum().backward();
+    const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_GE(local_at.load(), 0.0);
+    EXPECT_LT(local_at.load(), 0.3) << "the local weights waited for the host's";
+    EXPECT_GE(total, 0.4) << "backward returned before the host was done";
+    // the gradients are those of the same tree run here
+    Tensor yl = local_blk(local_pre(x));
+    (yl * yl).sum().backward();
+    EXPECT_LT(max_diff(pre->weight.grad(), local_pre->weight.grad()), 1e-12);
+    // (one SGD step of lr 1 on each side shows the host's gradients)
+    DistributedOptimizer dopt(blk, optim::SGDOptions(1.0));
+    optim::SGD sgd(local_blk->parameters(), optim::SGDOptions(1.0));
+    dopt.step();
+    sgd.step();
+    auto hosted = blk->state_dict();
+    for (const auto& [k, t] : local_blk->state_dict()) EXPECT_LT(max_diff(hosted[k], t), 1e-12) << k;
+
+    // an error in the host's part after it answered fails the caller's backward, naming the host
+    auto blk2 = host(rt, ctx.size - 1, "Block", {}, "mpi.late");
+    blk2->apply("test.fail_grads_once");
+    Tensor z = (*blk2)(pre(x));
+    std::string e = what_of([&] { z.sum().backward(); });
+    EXPECT_TRUE(contains(e, "after its input gradients were sent") && contains(e, "the weight's hook failed") &&
+                contains(e, "rank " + std::to_string(ctx.size - 1)))
+        << e;
+    // and the host serves the next one
+    Tensor z2 = (*blk2)(pre(x));
+    EXPECT_NO_THROW(z2.sum().backward());
+  }
+  ctx.world->barrier();
+}
+
 TEST(MpiRemoteModule, AStoppedHostFailsTheCallsNamingIt) {
   MPI_ONLY();
   if (ctx.rank == 0) {

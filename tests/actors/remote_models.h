@@ -3,8 +3,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include <troupe/actors/actors.h>
 #include <troupe/nn/nn.h>
@@ -92,6 +94,11 @@ inline std::atomic<int>& backward_hook_calls() {
   return n;
 }
 
+inline std::atomic<int>& late_grad_failures() {
+  static std::atomic<int> n{0};
+  return n;
+}
+
 /// Registers the modules and functions on every rank (idempotent).
 inline void register_remote_models() {
   static const bool done = [] {
@@ -106,6 +113,20 @@ inline void register_remote_models() {
     nn::registry::add_forward_hook("test.double_output", [](nn::Module&, const nn::Args&, const nn::Value& out) {
       forward_hook_calls()++;
       return std::optional<nn::Value>(nn::Value(out.tensor() * 2.0));
+    });
+    // every parameter's gradient hook sleeps 100 ms: a host that is slow to finish its weights
+    nn::registry::add_apply_fn("test.slow_grads", [](nn::Module& m) {
+      for (auto p : m.parameters(false))
+        p.register_post_accumulate_grad_hook([](const Tensor&) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+    });
+    // the first parameter's gradient hook fails once (late_grad_failures() counts down)
+    nn::registry::add_apply_fn("test.fail_grads_once", [](nn::Module& m) {
+      auto ps = m.parameters(false);
+      if (ps.empty()) return;
+      late_grad_failures() = 1;
+      ps.front().register_post_accumulate_grad_hook([](const Tensor&) {
+        if (late_grad_failures().fetch_sub(1) > 0) throw std::runtime_error("the weight's hook failed");
+      });
     });
     nn::registry::add_backward_hook("test.count_backward",
                                     [](nn::Module&, const std::vector<Tensor>&, const std::vector<Tensor>&) {

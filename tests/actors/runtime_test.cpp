@@ -270,6 +270,84 @@ TEST(ActorsRuntime, SynchronousCallsRunInlineOnlyOnAnIdleActorInOrder) {
   });
 }
 
+namespace {
+std::atomic<bool> g_early_release{false};
+// Answers early (reply_now) and then goes on until released; says how reply_now fails when misused.
+struct EarlyAnswerer : Actor {
+  std::vector<std::string> log;
+  EarlyAnswerer() {
+    handle("early", [this](int64_t k) -> int64_t {
+      reply_now(Value(k * 10));
+      log.push_back("answered");
+      const bool released = wait_flag(g_early_release);
+      log.push_back(released ? "released" : "not released");
+      return -1;  // dropped
+    });
+    handle("twice", [this]() -> int64_t {
+      reply_now(Value(int64_t{1}));
+      try {
+        reply_now(Value(int64_t{2}));
+      } catch (const ActorError& e) {
+        log.push_back(e.what());
+      }
+      return 3;
+    });
+    handle("elsewhere", [this] {
+      std::string err;
+      std::thread t([&] {
+        try {
+          reply_now(Value(true));
+        } catch (const ActorError& e) {
+          err = e.what();
+        }
+      });
+      t.join();
+      return err;
+    });
+    handle("fail_late", [this]() -> int64_t {
+      reply_now(Value(int64_t{7}));
+      throw std::runtime_error("after the answer");
+    });
+    handle("log", [this] { return log; });
+  }
+};
+}  // namespace
+
+TEST(ActorsRuntime, ReplyNowAnswersBeforeTheHandlerEndsAndLaterMessagesStillWait) {
+  register_actor<EarlyAnswerer>("EarlyAnswerer");
+  on_ranks(2, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      g_early_release = false;
+      ActorRef a = ctx.actors().spawn_on(1, "early", "EarlyAnswerer");
+      auto f = a.request<int64_t>("early", 4);
+      EXPECT_EQ(f.get(), 40);  // while the handler still waits
+      auto g = a.request<std::vector<std::string>>("log");
+      EXPECT_FALSE(g.wait_for(std::chrono::milliseconds(100)));  // one message at a time
+      g_early_release = true;
+      EXPECT_EQ(g.get(), (std::vector<std::string>{"answered", "released"}));
+      // the first answer counts; a second one, or one from another thread, is refused
+      EXPECT_EQ(a.request<int64_t>("twice").get(), 1);
+      EXPECT_EQ(a.request<std::vector<std::string>>("log").get().back(),
+                "[actors] reply_now() called twice in one handler of actor 'early'");
+      EXPECT_EQ(a.request<std::string>("elsewhere").get(), "[actors] reply_now() outside a handler of actor 'early'");
+      // an error after the answer does not reach the caller (it was answered); it is printed
+      ::testing::internal::CaptureStderr();
+      EXPECT_EQ(a.request<int64_t>("fail_late").get(), 7);
+      a.request<std::vector<std::string>>("log").get();  // the handler has ended
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      EXPECT_TRUE(contains(err, "message 'fail_late' to actor 'early' (rank 1) failed after it was answered: the handler "
+                                "threw: after the answer"))
+          << err;
+      // a one-way message: reply_now does nothing
+      g_early_release = true;
+      a.send("early", 1);
+      EXPECT_EQ(a.request<std::vector<std::string>>("log").get().back(), "released");
+      a.stop();
+    }
+    ctx.world->barrier();
+  });
+}
+
 TEST(ActorsRuntime, SpawnErrorsNameTheRegistry) {
   on_ranks(2, [](launch::Context& ctx) {
     if (ctx.rank == 0) {
