@@ -478,16 +478,17 @@ Tensor conv4(const Tensor& x, const Tensor& w, const Tensor& b, const ConvParams
   Tensor out = conv_forward_raw(x, w, b, p);
   if (autograd::any_requires_grad({&x, &w, &b})) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
-    autograd::record("ConvolutionBackward0", {x, w, b}, out,
+    auto node = autograd::record("ConvolutionBackward0", {x, w, b}, out,
                      [sx = SavedVariable(need_w ? x : Tensor(), false), sw = SavedVariable(need_x ? w : Tensor(), false),
                       p, need_x, need_w, need_b, x_sizes = x.sizes().vec(),
                       w_sizes = w.sizes().vec()](const variable_list& g) {
                        Tensor gx, gw, gb;
-                       if (need_x) gx = conv_grad_input(g[0], sw.unpack(), x_sizes, p);
-                       if (need_w) gw = conv_grad_weight(g[0], sx.unpack(), w_sizes, p);
-                       if (need_b) gb = sum(g[0], {0, 2, 3});
+                       if (need_x && autograd::output_wanted(0)) gx = conv_grad_input(g[0], sw.unpack(), x_sizes, p);
+                       if (need_w && autograd::output_wanted(1)) gw = conv_grad_weight(g[0], sx.unpack(), w_sizes, p);
+                       if (need_b && autograd::output_wanted(2)) gb = sum(g[0], {0, 2, 3});
                        return variable_list{gx, gw, gb};
                      });
+    if (node) node->computes_wanted_outputs = true;
   }
   return out;
 }
@@ -503,15 +504,16 @@ Tensor conv_transpose4(const Tensor& x, const Tensor& w, const Tensor& b, const 
   }
   if (autograd::any_requires_grad({&x, &w, &b})) {
     const bool need_x = x.requires_grad(), need_w = w.requires_grad(), need_b = b.defined() && b.requires_grad();
-    autograd::record("ConvolutionBackward0", {x, w, b}, out,
+    auto node = autograd::record("ConvolutionBackward0", {x, w, b}, out,
                      [sx = SavedVariable(need_w ? x : Tensor(), false), sw = SavedVariable(need_x ? w : Tensor(), false),
                       p, need_x, need_w, need_b, w_sizes = w.sizes().vec()](const variable_list& g) {
                        Tensor gx, gw, gb;
-                       if (need_x) gx = conv4(g[0], sw.unpack(), Tensor(), p);
-                       if (need_w) gw = conv_grad_weight(sx.unpack(), g[0], w_sizes, p);
-                       if (need_b) gb = sum(g[0], {0, 2, 3});
+                       if (need_x && autograd::output_wanted(0)) gx = conv4(g[0], sw.unpack(), Tensor(), p);
+                       if (need_w && autograd::output_wanted(1)) gw = conv_grad_weight(sx.unpack(), g[0], w_sizes, p);
+                       if (need_b && autograd::output_wanted(2)) gb = sum(g[0], {0, 2, 3});
                        return variable_list{gx, gw, gb};
                      });
+    if (node) node->computes_wanted_outputs = true;
   }
   return out;
 }

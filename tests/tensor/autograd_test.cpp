@@ -3,6 +3,7 @@
 // node names, dtypes of gradients, and deep graphs.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -513,6 +514,44 @@ TEST(Autograd, TargetsFirstFinishesTheTargetsGradientBeforeAnyWeights) {
   }
   // without retain_graph the whole graph is freed, the nodes run in two parts included
   EXPECT_CONTAINS(error_of([&] { l.backward(); }), "Trying to backward through the graph a second time");
+}
+
+TEST(Autograd, TargetsFirstSplitsMatmulsAndConvolutions) {
+  auto opt = TensorOptions().dtype(kFloat64);
+  struct Case {
+    const char* name;
+    std::vector<int64_t> x_sizes, w_sizes;
+    std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> f;  // (x, w, b)
+  };
+  std::vector<Case> cases = {
+      {"mm", {3, 4}, {4, 2}, [](const Tensor& x, const Tensor& w, const Tensor&) { return mm(x, w); }},
+      {"bmm", {2, 3, 4}, {2, 4, 5}, [](const Tensor& x, const Tensor& w, const Tensor&) { return bmm(x, w); }},
+      {"conv2d", {2, 3, 6, 6}, {4, 3, 3, 3},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return conv2d(x, w, b, {1, 1}, {1, 1}); }},
+      {"conv_transpose2d", {2, 4, 5, 5}, {4, 3, 3, 3},
+       [](const Tensor& x, const Tensor& w, const Tensor& b) { return conv_transpose2d(x, w, b, {2, 2}); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    manual_seed(5);
+    Tensor x = randn(c.x_sizes, opt).requires_grad_(true);
+    Tensor w = randn(c.w_sizes, opt).requires_grad_(true);
+    Tensor b = randn({c.name == std::string("conv_transpose2d") ? c.w_sizes[1] : c.w_sizes[0]}, opt).requires_grad_(true);
+    Tensor x2 = x.detach().clone().requires_grad_(true), w2 = w.detach().clone().requires_grad_(true),
+           b2 = b.detach().clone().requires_grad_(true);
+    c.f(x, w, b).pow(2).sum().backward();
+    bool ready = false;
+    autograd::backward_targets_first({c.f(x2, w2, b2).pow(2).sum()}, {}, false, {x2}, [&] {
+      ready = true;
+      ASSERT_TRUE(x2.grad().defined());
+      EXPECT_TRUE(equal(x2.grad(), x.grad()));
+      EXPECT_FALSE(w2.grad().defined());
+      EXPECT_FALSE(b2.grad().defined());
+    });
+    EXPECT_TRUE(ready);
+    EXPECT_TRUE(equal(w2.grad(), w.grad()));
+    if (c.name == std::string("conv2d") || c.name == std::string("conv_transpose2d")) EXPECT_TRUE(equal(b2.grad(), b.grad()));
+  }
 }
 
 TEST(Autograd, TargetsFirstAppliesANodeTwiceOnlyWhenItComputesWantedOutputs) {
