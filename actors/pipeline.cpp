@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <stdexcept>
 
 #include <troupe/tensor/autograd.h>
@@ -70,8 +71,7 @@ Tensor Pipeline::train_step(const Tensor& input, const Tensor& target, const Los
   };
   // A stage answers with its input's gradient before it computes its weights' (the stage before starts
   // its backward meanwhile); `finishing` holds the answers that say a stage's part is all done.
-  std::vector<Future<void>> finishing;
-  finishing.reserve(static_cast<size_t>(M) * p);
+  std::deque<Future<void>> finishing;  // (a deque: backward_keyed fills the element in place)
   auto start_backward = [&](Micro& mb, int i, const Tensor& g) {
     finishing.emplace_back();
     mb.pending = stages_[i]->backward_keyed(mb.keys[i], {g}, finishing.back());

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include <troupe/actors/actor.h>
+#include <troupe/actors/internal/services.h>
 #include <troupe/actors/introspect.h>
 #include <troupe/actors/supervisor.h>
 #include <troupe/nn/registry.h>
@@ -571,14 +572,6 @@ struct RemoteCall {
   }
 };
 
-/// Whether hosts answer a backward as soon as its input gradients are final (bwd1, then bwdend).
-/// TROUPE_ACTOR_EARLY_INPUT_GRADS=0: one request (bwd), answered once the host's part is all done, as
-/// before 2026-11-28; for comparisons, and a way round should the early answer misbehave.
-bool early_input_grads() {
-  static const bool early = util::env_int("TROUPE_ACTOR_EARLY_INPUT_GRADS", 1, 0, 1) != 0;
-  return early;
-}
-
 /// The node a forward through a proxy records: backward asks the host to run its part.
 struct RemoteCallNode : autograd::Node {
   std::shared_ptr<RemoteCall> call;
@@ -600,7 +593,7 @@ struct RemoteCallNode : autograd::Node {
     // The host answers bwd1 with the input gradients before it computes its weights' (the caller's
     // backward goes on meanwhile); bwdend's answer, which this backward waits for before it returns (a
     // callback of the engine; outside a backward pass, here), says that the host has finished.
-    const bool early = early_input_grads();
+    const bool early = detail::early_input_grads();
     auto recover = [](const RemoteCall& c, const std::string& w, const ActorError& e) {
       if (c.sup && c.sup->recover(c.gen, e.what())) c.sup->check_graph(c.gen, w);
     };
@@ -612,19 +605,7 @@ struct RemoteCallNode : autograd::Node {
         auto first = call->host.request_list<List>("bwd1", List{Value(call->key), Value(std::move(g))});
         auto end = call->host.request_list<void>("bwdend", List{Value(call->key)});
         r = first.get();
-        auto finish = [end, c = call, w = what, recover] {
-          try {
-            end.get();
-          } catch (const ActorError& e) {
-            recover(*c, *w, e);
-            throw;
-          }
-        };
-        try {
-          autograd::queue_callback(finish);
-        } catch (const std::runtime_error&) {
-          finish();
-        }
+        detail::finish_backward_later({end}, [c = call, w = what, recover](const ActorError& e) { recover(*c, *w, e); });
       }
     } catch (const ActorError& e) {
       recover(*call, *what, e);
@@ -1068,7 +1049,7 @@ Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>
   List g;
   for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
   ActorRef h = host_actor();
-  auto first = h.request<List>(early_input_grads() ? "bwd1" : "bwd", key, std::move(g));
+  auto first = h.request<List>(detail::early_input_grads() ? "bwd1" : "bwd", key, std::move(g));
   finished = h.request<void>("bwdend", key);
   return first;
 }
@@ -1187,6 +1168,27 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
 // place(): placement.cpp
 
 namespace detail {
+bool early_input_grads() {
+  static const bool early = util::env_int("TROUPE_ACTOR_EARLY_INPUT_GRADS", 1, 0, 1) != 0;
+  return early;
+}
+
+void finish_backward_later(std::vector<Future<void>> ends, std::function<void(const ActorError&)> on_error) {
+  auto finish = [ends = std::move(ends), on_error = std::move(on_error)] {
+    try {
+      for (const auto& f : ends) f.wait();
+    } catch (const ActorError& e) {
+      if (on_error) on_error(e);
+      throw;
+    }
+  };
+  try {
+    autograd::queue_callback(finish);
+  } catch (const std::runtime_error&) {  // not inside a backward pass: wait here
+    finish();
+  }
+}
+
 std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd) {
   std::unique_ptr<optim::OptimizerOptions> o;
   if (kind == "SGD") o = std::make_unique<optim::SGDOptions>(0.0);

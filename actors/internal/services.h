@@ -61,6 +61,14 @@ WaitProgress*& wait_progress();
 /// runs there (tests); system.cpp.
 bool on_lane_thread();
 
+/// Whether a module host answers a backward as soon as its input gradients are final (requests bwd1,
+/// then bwdend); TROUPE_ACTOR_EARLY_INPUT_GRADS=0: one request (bwd), answered once the host's part is
+/// all done, as before 2026-11-28 (remote_module.cpp).
+bool early_input_grads();
+/// Waits for the bwdend answers `ends` when the backward pass under way on this thread ends (an engine
+/// callback; outside a pass, at once); `on_error` sees an error first, then it is thrown.
+void finish_backward_later(std::vector<Future<void>> ends, std::function<void(const ActorError&)> on_error);
+
 /// A rank's report (introspect.h) as the Value its service replies with, and back (introspect.cpp).
 Value encode_rank_info(const RankInfo& info);
 RankInfo decode_rank_info(const Value& v);
