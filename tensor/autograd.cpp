@@ -698,6 +698,13 @@ void execute(GraphTask& task, const std::vector<Edge>& roots, variable_list root
   }
 }
 
+// Grad mode set to `on` for a scope (a backward pass records only under create_graph).
+struct GradModeAs {
+  bool prev;
+  explicit GradModeAs(bool on) : prev(GradMode::is_enabled()) { GradMode::set_enabled(on); }
+  ~GradModeAs() { GradMode::set_enabled(prev); }
+};
+
 // Runs `task` over the graph behind `roots`, then its queued callbacks (queue_callback), on this thread.
 void run_task(GraphTask& task, const std::vector<Edge>& roots, variable_list root_grads) {
   t_tasks.push_back(&task);
@@ -762,12 +769,7 @@ void backward(const variable_list& roots, const variable_list& grad_roots, std::
       if (e.fn) task.captures[e.fn.get()].push_back({e.input_nr, i});
     }
   }
-  bool prev = GradMode::is_enabled();
-  struct Restore {
-    bool prev;
-    ~Restore() { GradMode::set_enabled(prev); }
-  } restore{prev};
-  GradMode::set_enabled(create_graph);
+  GradModeAs mode(create_graph);
   run_task(task, edges, std::move(grads));
   if (!inputs.empty()) {
     // accumulate the captured gradients into .grad of the given inputs
@@ -797,12 +799,7 @@ void backward_targets_first(const variable_list& roots, const variable_list& gra
     if (e.fn) task.targets.push_back(e.fn.get());
     target_edges.push_back(std::move(e));  // a leaf's accumulator made here lives through the pass
   }
-  bool prev = GradMode::is_enabled();
-  struct Restore {
-    bool prev;
-    ~Restore() { GradMode::set_enabled(prev); }
-  } restore{prev};
-  GradMode::set_enabled(false);
+  GradModeAs mode(false);
   run_task(task, edges, std::move(grads));
 }
 
@@ -830,12 +827,7 @@ variable_list grad(const variable_list& outputs, const variable_list& inputs, co
     task.captures[e.fn.get()].push_back({e.input_nr, i});
   }
   {
-    bool prev = GradMode::is_enabled();
-    GradMode::set_enabled(create_graph);
-    struct Restore {
-      bool prev;
-      ~Restore() { GradMode::set_enabled(prev); }
-    } restore{prev};
+    GradModeAs mode(create_graph);
     run_task(task, edges, std::move(grads));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
