@@ -479,9 +479,9 @@ struct GroupCallNode : autograd::Node {
       throw ActorError("[actors] backward with create_graph=True through " + what + " is not supported");
     const size_t k = call->hosts.size();
     const double scale = static_cast<double>(k);
-    const bool early = detail::early_input_grads();
     std::vector<Future<List>> fs;
     std::vector<Future<void>> ends;
+    ends.reserve(k);
     for (size_t j = 0; j < k; ++j) {
       List g;
       for (size_t i = 0; i < grads.size(); ++i) {
@@ -495,11 +495,11 @@ struct GroupCallNode : autograd::Node {
       }
       // as RemoteCallNode: each host answers with its inputs' gradients early (bwd1) and finishes its
       // weights' (their all-reduce or reduce-scatter among the hosts included) while this backward goes on
-      fs.push_back(call->hosts[j].request_list<List>(early ? "bwd1" : "bwd", List{Value(call->keys[j]), Value(std::move(g))}));
-      if (early) ends.push_back(call->hosts[j].request_list<void>("bwdend", List{Value(call->keys[j])}));
+      ends.emplace_back();
+      fs.push_back(detail::request_backward(call->hosts[j], call->keys[j], std::move(g), ends.back()));
     }
     std::vector<List> r = wait_all(fs);
-    if (early) detail::finish_backward_later(std::move(ends), nullptr);
+    detail::finish_backward_later(std::move(ends), nullptr);
     autograd::variable_list out(num_outputs());
     for (size_t t = 0; t < out.size(); ++t) {
       if (!next_edges[t].fn) continue;

@@ -602,9 +602,8 @@ struct RemoteCallNode : autograd::Node {
       if (!early) {
         r = detail::call_now<List>(call->host, "bwd", List{Value(call->key), Value(std::move(g))});
       } else {
-        auto first = call->host.request_list<List>("bwd1", List{Value(call->key), Value(std::move(g))});
-        auto end = call->host.request_list<void>("bwdend", List{Value(call->key)});
-        r = first.get();
+        Future<void> end;
+        r = detail::request_backward(call->host, call->key, std::move(g), end).get();
         detail::finish_backward_later({end}, [c = call, w = what, recover](const ActorError& e) { recover(*c, *w, e); });
       }
     } catch (const ActorError& e) {
@@ -1048,10 +1047,7 @@ Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>
 Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads, Future<void>& finished) {
   List g;
   for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
-  ActorRef h = host_actor();
-  auto first = h.request<List>(detail::early_input_grads() ? "bwd1" : "bwd", key, std::move(g));
-  finished = h.request<void>("bwdend", key);
-  return first;
+  return detail::request_backward(host_actor(), key, std::move(g), finished);
 }
 
 void RemoteModule::release_key(int64_t key) {
@@ -1171,6 +1167,12 @@ namespace detail {
 bool early_input_grads() {
   static const bool early = util::env_int("TROUPE_ACTOR_EARLY_INPUT_GRADS", 1, 0, 1) != 0;
   return early;
+}
+
+Future<List> request_backward(const ActorRef& host, int64_t key, List grads, Future<void>& end) {
+  auto first = host.request_list<List>(early_input_grads() ? "bwd1" : "bwd", List{Value(key), Value(std::move(grads))});
+  end = host.request_list<void>("bwdend", List{Value(key)});
+  return first;
 }
 
 void finish_backward_later(std::vector<Future<void>> ends, std::function<void(const ActorError&)> on_error) {

@@ -413,10 +413,13 @@ struct LaneRun {
   std::shared_ptr<Host> host;
   Item item;
 };
-// The message a handler on this thread answers (Actor::reply_now): `send` answers it.
+// The message a handler on this thread answers (Actor::reply_now): a request of `host`'s queue (`item`:
+// System::answer sends it), or one run by call_here (`kept` takes the value).
 struct EarlyAnswer {
   const Actor* actor = nullptr;
-  std::function<void(Value)> send;
+  Host* host = nullptr;
+  Item* item = nullptr;
+  Value* kept = nullptr;
   bool answered = false;
 };
 thread_local EarlyAnswer* t_answer = nullptr;
@@ -1442,9 +1445,8 @@ class System {
     }
     if (item.lane_from >= 0) g_lane_trace.record(c.id, 2);
     EarlyAnswer early;
-    early.send = [&h, &item](Value v) {
-      if (item.call.id != 0) answer(h, item, true, std::move(v), std::string());
-    };
+    early.host = &h;
+    early.item = &item;
     if (error.empty()) {
       if (h.inline_ok && h.sys->lane_run_inline_ns_ > 0) {  // how long it takes decides where the next Call from the lane runs
         const auto t0 = std::chrono::steady_clock::now();
@@ -1718,7 +1720,7 @@ bool Host::call_here(const std::string& method, const List& args, Value& result,
     InferenceMode mode(false);  // as on the actor's own threads: grad mode on, inference mode off
     Value answered;
     EarlyAnswer early;
-    early.send = [&answered](Value v) { answered = std::move(v); };
+    early.kept = &answered;
     System::invoke(*this, method, args, result, error, &early);
     if (early.answered) {
       if (!error.empty())
@@ -1738,7 +1740,8 @@ void answer_now(const Actor* actor, Value result) {
   if (!a || a->actor != actor) throw ActorError("[actors] reply_now() outside a handler of actor '" + actor->name() + "'");
   if (a->answered) throw ActorError("[actors] reply_now() called twice in one handler of actor '" + actor->name() + "'");
   a->answered = true;
-  a->send(std::move(result));
+  if (a->kept) *a->kept = std::move(result);
+  else if (a->item->call.id != 0) System::answer(*a->host, *a->item, true, std::move(result), std::string());
 }
 
 void Host::close(const std::string& reason, std::vector<Item> left) {

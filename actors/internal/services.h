@@ -65,6 +65,10 @@ bool on_lane_thread();
 /// then bwdend); TROUPE_ACTOR_EARLY_INPUT_GRADS=0: one request (bwd), answered once the host's part is
 /// all done, as before 2026-11-28 (remote_module.cpp).
 bool early_input_grads();
+/// Asks module host `host` for the backward of its forward `key` from `grads`: bwd1 (answered as soon as
+/// the input gradients are final) with bwdend into `end`, or bwd (answered at the end) when
+/// early_input_grads() is off, `end` then answered right after it (remote_module.cpp).
+Future<List> request_backward(const ActorRef& host, int64_t key, List grads, Future<void>& end);
 /// Waits for the bwdend answers `ends` when the backward pass under way on this thread ends (an engine
 /// callback; outside a pass, at once); `on_error` sees an error first, then it is thrown.
 void finish_backward_later(std::vector<Future<void>> ends, std::function<void(const ActorError&)> on_error);
