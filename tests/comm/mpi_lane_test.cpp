@@ -1,8 +1,9 @@
 // comm::MessageLane over MPI (the actor layer's lane): heads and tensor bodies in posting order, a body
-// whose size differs from the one announced refused, and the doorbell: a post wakes a rank sleeping in
-// idle_wait, except while another thread of that rank polls (MessageLane::polling), whose end wakes it.
-// Each test skips unless started by mpirun with more than one rank; ctest runs them in comm_mpi_np2/np4
-// (`--gtest_filter=Mpi*`). Ranks 0 and 1 exchange; the others take part in the collective set-up only.
+// whose size differs from the one announced refused, several senders' bodies interleaved, and the
+// doorbell: a post wakes a rank sleeping in idle_wait, except while another thread of that rank polls
+// (MessageLane::polling), whose end wakes it. Each test skips unless started by mpirun with more than one
+// rank; ctest runs them in comm_mpi_np2/np4 (`--gtest_filter=Mpi*`). Ranks 0 and 1 exchange (the others
+// take part in the collective set-up only), except in the interleaving test, where every rank sends to 1.
 #ifdef TROUPE_HAVE_MPI
 
 #include <troupe/comm/comm.h>
@@ -42,10 +43,10 @@ MessageLane::Incoming next_head(MessageLane& lane) {
   return {};
 }
 
-/// recv_body of float32 `shape` from rank 0 must fail with a CommError holding `text`.
-void expect_body_refused(MessageLane& lane, const std::vector<int64_t>& shape, const std::string& text) {
+/// recv_body of float32 `shape` from rank `source` (0 when not given) must fail with a CommError holding `text`.
+void expect_body_refused(MessageLane& lane, const std::vector<int64_t>& shape, const std::string& text, int source = 0) {
   try {
-    Tensor t = lane.recv_body(0, kFloat32, shape, 10000ms);
+    Tensor t = lane.recv_body(source, kFloat32, shape, 10000ms);
     ADD_FAILURE() << "a body of " << t.nbytes() << " bytes taken where another size came (wanted: " << text << ")";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
@@ -88,6 +89,61 @@ TEST(MpiMessageLane, HeadsAndBodiesArriveInPostingOrderIntoFreshTensors) {
     EXPECT_EQ(next_head(*lane).head, "f");
     EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {2}, 10000ms), full({2}, 5, TensorOptions().dtype(kFloat32))));
     EXPECT_FALSE(lane->poll().has_value());
+  }
+  pg->barrier();
+}
+
+// Every other rank sends rank 1 the same run of bodies from 32 KB to 300 KB (under np4 three senders'
+// heads and bodies interleave; each sender's come in its order), one message with four bodies, a body
+// shorter and one longer than announced, refused and consumed, after which the next lines up. Every
+// tensor keeps its values to the end.
+TEST(MpiMessageLane, BodiesFromSeveralRanksInterleaveAndEachSendersLineUp) {
+  LANE_SETUP(pg, lane);
+  const std::vector<int64_t> floats = {16384, 16384, 25600, 51200, 10240, 8192, 76800, 16384, 25600, 51200};
+  auto f32 = TensorOptions().dtype(kFloat32);
+  auto value = [&](int rank, size_t k) { return full({floats[k]}, static_cast<double>(rank * 100 + static_cast<int>(k)), f32); };
+  auto multi = [&](int rank) {
+    return std::vector<Tensor>{arange(16384, f32) + rank, arange(25600, f32) - rank, arange(51200, f32) * (rank + 1), arange(10240, f32)};
+  };
+  pg->barrier();
+  if (pg->rank() != 1) {
+    for (size_t k = 0; k < floats.size(); ++k) lane->post(1, std::to_string(k), {value(pg->rank(), k)});
+    lane->post(1, "multi", multi(pg->rank()));
+    lane->post(1, "short", {ones({12288}, f32)});  // 48 KB, to be read as 64 KB
+    lane->post(1, "long", {ones({16384}, f32)});   // 64 KB, to be read as 40 KB
+    lane->post(1, "last", {full({16384}, 7, f32)});
+    const auto until = Clock::now() + 10s;
+    while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+    EXPECT_EQ(lane->pending_sends(), 0u);
+  } else {
+    std::vector<std::pair<Tensor, Tensor>> kept;  // (received, expected)
+    const int heads = (pg->size() - 1) * static_cast<int>(floats.size() + 4);
+    for (int h = 0; h < heads; ++h) {
+      auto m = next_head(*lane);
+      const int src = m.source;
+      const std::string head(m.head);
+      ASSERT_TRUE(src >= 0 && src != 1) << src;
+      if (head == "multi") {
+        auto want = multi(src);
+        for (const Tensor& w : want) kept.emplace_back(lane->recv_body(src, kFloat32, {w.numel()}, 10000ms), w);
+      } else if (head == "short") {
+        expect_body_refused(*lane, {16384}, "a body from rank " + std::to_string(src) + " holds 49152 bytes where 65536 were announced", src);
+      } else if (head == "long") {
+        expect_body_refused(*lane, {10240}, "a body from rank " + std::to_string(src) + " holds more than 40960 bytes where 40960 were announced", src);
+      } else if (head == "last") {
+        kept.emplace_back(lane->recv_body(src, kFloat32, {16384}, 10000ms), full({16384}, 7, f32));
+      } else {
+        const size_t k = std::stoul(head);
+        ASSERT_LT(k, floats.size());
+        Tensor t = lane->recv_body(src, kFloat32, {floats[k]}, 10000ms);
+        EXPECT_EQ(t.dtype(), kFloat32);
+        EXPECT_EQ(t.sizes(), std::vector<int64_t>({floats[k]}));
+        kept.emplace_back(t, value(src, k));
+      }
+    }
+    EXPECT_FALSE(lane->poll().has_value());
+    ASSERT_EQ(kept.size(), static_cast<size_t>((pg->size() - 1) * (floats.size() + 5)));
+    for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(equal(kept[i].first, kept[i].second)) << "tensor " << i;
   }
   pg->barrier();
 }
