@@ -43,7 +43,10 @@ class MessageLane {
   /// Posts `head` (not empty), then each of `bodies` (contiguous CPU tensors), to `dest` and returns at once: the
   /// bytes leave as the peer takes them, the head and tensors are kept until then. Thread-safe; posts
   /// to one destination arrive in the order they were made. Throws CommError when MPI refuses.
-  virtual void post(int dest, std::string head, std::vector<Tensor> bodies) = 0;
+  /// `awaited`: the poster will wait for an answer to this message (a request): then a message its peer
+  /// reads itself (peer_reads) is polled to its end as others above the eager limit, which measured
+  /// faster for requests (see peer_reads).
+  virtual void post(int dest, std::string head, std::vector<Tensor> bodies, bool awaited = false) = 0;
   /// One look that never blocks: the next head from any rank, or nullopt (also completes sends that
   /// finished). One thread at a time (the caller serialises polls and recv_body).
   virtual std::optional<Incoming> poll() = 0;
@@ -58,8 +61,9 @@ class MessageLane {
   /// Makes recv_body give up at once from now on (shutdown).
   virtual void abort() = 0;
   /// Posted messages (heads and bodies) not yet sent that need this process to poll MPI to move: those
-  /// above MPI's eager limit (a smaller one is copied out as it is posted and reaches the peer by itself;
-  /// its request is reclaimed at the next post or poll).
+  /// above MPI's eager limit that the peer does not read itself (a smaller one is copied out as it is
+  /// posted and reaches the peer by itself, as does one peer_reads; its request is reclaimed at the next
+  /// post or poll).
   virtual size_t pending_sends() = 0;
   /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
   /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
@@ -72,6 +76,16 @@ class MessageLane {
   /// The largest message (head or body) MPI sends eagerly between the ranks of this node: copied out as
   /// it is posted, it reaches the peer without this process polling again (see pending_sends).
   virtual int64_t eager_bytes() const = 0;
+  /// True when a message above the eager limit to `dest` is copied by `dest` itself, straight from this
+  /// process's memory (Open MPI's single copy between the ranks of a node: CMA, XPMEM or KNEM): post()
+  /// then returns at once for a message of at most 256 KB that is not `awaited`, as for an eager one,
+  /// with at most a few such under way (it waits for the oldest), and pending_sends() does not count
+  /// them. TROUPE_LANE_READER_SENDS=0 turns it off.
+  virtual bool peer_reads(int dest) const = 0;
+  /// How many pieces of messages posted to peers that read them (peer_reads) this process does not yet
+  /// know to be complete (it learns at its next post or poll): a thread waiting for a reply to such a
+  /// message keeps polling while its own message is being read, not only its usual short while.
+  virtual size_t peer_reads_under_way() const = 0;
   /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
   /// the latency for messages from other nodes).
   virtual bool all_on_node() const = 0;

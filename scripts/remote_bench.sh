@@ -3,7 +3,8 @@
 # `mpirun -np 2`, runs PyTorch 1.13's RPC (TensorPipe, RemoteModule, dist_autograd, DistributedOptimizer)
 # with the same cases (bench/remote_torch.py; skipped when /usr/bin/python3 has no torch), and prints the
 # ratios: PyTorch round trip / troupe round trip on the lane (target >= 10; CAF's path beside it), PyTorch train step / troupe train step
-# (target >= 3). With --append the output is also appended to bench/results.txt.
+# (target >= 3), and the transfers against raw MPI twice: with vader's single copy off (as every mpirun
+# here) and with Open MPI's default (CMA). With --append the output is also appended to bench/results.txt.
 #   bash scripts/remote_bench.sh [--append] [--quick]
 set -euo pipefail
 export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the bench times the lane (the default) beside CAF
@@ -11,10 +12,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 append=0
 args=()
+targs=()  # the second transfer pass's: the same but --only
+cma=1     # that pass runs unless --only names another case
 for a in "$@"; do
   case "$a" in
     --append) append=1 ;;
-    *) args+=("$a") ;;
+    --only=*) args+=("$a"); [[ "$a" == --only=transfer ]] || cma=0 ;;
+    *) args+=("$a"); targs+=("$a") ;;
   esac
 done
 
@@ -37,6 +41,18 @@ trap 'rm -f "$out"' EXIT
   mpirun --allow-run-as-root --oversubscribe -np 2 "$build/bench/remote_bench" "${args[@]+"${args[@]}"}" 2>&1 |
     grep -v '^\[troupe\] rank'
   echo
+  # The transfers again with Open MPI's default shared-memory path, where the kernel allows it: a message
+  # above the eager limit is read by the receiver straight from the sender's memory (CMA,
+  # process_vm_readv), one copy instead of two through shared buffers. Both sides run with it.
+  if [[ $cma == 1 ]]; then
+    echo "# transfers with Open MPI's default single copy (CMA), both sides:"
+    if ! env -u OMPI_MCA_btl_vader_single_copy_mechanism mpirun --allow-run-as-root --oversubscribe -np 2 \
+        "$build/bench/remote_bench" --only=transfer "${targs[@]+"${targs[@]}"}" 2>&1 | grep -v '^\[troupe\] rank' |
+        grep -E '^(transfer|stream) '; then
+      echo "(not run: this machine refused Open MPI's single copy)"
+    fi
+    echo
+  fi
   if "$python" -c "import torch" 2>/dev/null; then
     "$python" bench/remote_torch.py "${args[@]+"${args[@]}"}" 2>&1 | grep -v -e "^WARNING: Logging" -e "tensorpipe_agent.cpp"
   else
