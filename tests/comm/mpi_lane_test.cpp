@@ -155,7 +155,7 @@ TEST(MpiMessageLane, BodiesFromSeveralRanksInterleaveAndEachSendersLineUp) {
 // Where the peer copies bodies above the eager limit itself (Open MPI's single copy), post() returns at
 // once for the first 8 messages while rank 1 does not receive, then waits (at most 50 ms each) while 8
 // bodies are under way; every message arrives, in order. With single copy off (ctest
-// comm_lane_np2_no_single_copy) each post polls 50 ms for its body instead, and the same arrive.
+// comm_mpi_lane_np2_no_single_copy) each post polls 50 ms for its body instead, and the same arrive.
 TEST(MpiMessageLane, BodiesThePeerReadsLeavePostAtOnceUpToAWindow) {
   LANE_SETUP(pg, lane);
   // Every rank skips or none: peer_reads of its neighbour, the least over the world.
