@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 append=0
 args=()
-targs=()  # the second transfer pass's: the same but --only
+targs=()  # the same but --only: the second transfer pass's, and remote_torch.py's (which has no --only)
 cma=1     # that pass runs unless --only names another case
 for a in "$@"; do
   case "$a" in
@@ -54,7 +54,7 @@ trap 'rm -f "$out"' EXIT
     echo
   fi
   if "$python" -c "import torch" 2>/dev/null; then
-    "$python" bench/remote_torch.py "${args[@]+"${args[@]}"}" 2>&1 | grep -v -e "^WARNING: Logging" -e "tensorpipe_agent.cpp"
+    "$python" bench/remote_torch.py "${targs[@]+"${targs[@]}"}" 2>&1 | grep -v -e "^WARNING: Logging" -e "tensorpipe_agent.cpp"
   else
     echo "remote_torch.py skipped: $python has no torch"
   fi
