@@ -62,28 +62,73 @@ void futex_wait(std::atomic<uint32_t>* w, uint32_t expected, std::chrono::micros
 }
 void futex_wake(std::atomic<uint32_t>* w) { syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, 1, nullptr, nullptr, 0); }
 
+/// An MPI_T session (MPI_T_init_thread here, MPI_T_finalize at the end), to read Open MPI's control
+/// variables.
+class MpiTSession {
+ public:
+  MpiTSession() {
+    int provided = 0;
+    ok_ = MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) == MPI_SUCCESS;
+  }
+  ~MpiTSession() {
+    if (ok_) MPI_T_finalize();
+  }
+  MpiTSession(const MpiTSession&) = delete;
+  MpiTSession& operator=(const MpiTSession&) = delete;
+
+  /// Reads control variable `name`, one value, into `out` (as large as its type); false when it cannot
+  /// be read (a transport Open MPI did not select has no variables). An enumerated one's name of its
+  /// value goes to `item` when given (false when it has none).
+  bool read(const char* name, void* out, std::string* item = nullptr) const {
+    int idx = -1;
+    if (!ok_ || MPI_T_cvar_get_index(name, &idx) != MPI_SUCCESS) return false;
+    char vname[256], desc[256];
+    int vname_len = sizeof vname, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type;
+    MPI_T_enum en = MPI_T_ENUM_NULL;
+    if (MPI_T_cvar_get_info(idx, vname, &vname_len, &verbosity, &type, &en, desc, &desc_len, &bind, &scope) != MPI_SUCCESS) {
+      return false;
+    }
+    MPI_T_cvar_handle h;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(idx, nullptr, &h, &count) != MPI_SUCCESS) return false;
+    bool read = count == 1 && MPI_T_cvar_read(h, out) == MPI_SUCCESS;
+    MPI_T_cvar_handle_free(&h);
+    if (!read || !item) return read;
+    // The enumeration's item whose value was read (an enumerated variable is an int).
+    int items = 0;
+    char en_name[64];
+    int en_len = sizeof en_name;
+    if (type != MPI_INT || en == MPI_T_ENUM_NULL || MPI_T_enum_get_info(en, &items, en_name, &en_len) != MPI_SUCCESS) return false;
+    for (int i = 0; i < items; ++i) {
+      int v = 0;
+      char it[64];
+      int it_len = sizeof it;
+      if (MPI_T_enum_get_item(en, i, &v, it, &it_len) == MPI_SUCCESS && v == *static_cast<const int*>(out)) {
+        *item = it;
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  bool ok_ = false;
+};
+
 /// The largest message Open MPI sends eagerly to a peer: the smallest eager limit of its transports in use
 /// here, shared memory's between the ranks of a node (btl_vader_eager_limit) and TCP's between nodes
 /// (btl_tcp_eager_limit, 64 KB by default), read through MPI_T (a transport Open MPI did not select has
 /// no such variable), less 64 bytes for MPI's own header; 4 KB (shared memory's default) when neither
 /// can be read.
-int64_t eager_limit_bytes() {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return 4096 - 64;
+int64_t eager_limit_bytes(const MpiTSession& t) {
   int64_t limit = -1;
   for (const char* name : {"btl_vader_eager_limit", "btl_tcp_eager_limit"}) {
-    int idx = -1;
-    if (MPI_T_cvar_get_index(name, &idx) != MPI_SUCCESS) continue;
-    MPI_T_cvar_handle h;
-    int count = 0;
-    if (MPI_T_cvar_handle_alloc(idx, nullptr, &h, &count) != MPI_SUCCESS) continue;
     unsigned long long v = 0;  // a size_t variable (MPI_UNSIGNED_LONG_LONG in Open MPI)
-    if (count == 1 && MPI_T_cvar_read(h, &v) == MPI_SUCCESS && v >= 256) {
+    if (t.read(name, &v) && v >= 256) {
       limit = limit < 0 ? static_cast<int64_t>(v) : std::min(limit, static_cast<int64_t>(v));
     }
-    MPI_T_cvar_handle_free(&h);
   }
-  MPI_T_finalize();
   return (limit < 0 ? 4096 : limit) - 64;
 }
 
@@ -92,40 +137,10 @@ int64_t eager_limit_bytes() {
 /// receiver reads the sender's memory itself once it matched the message, so the sender need not poll for
 /// it to move (it only learns of the end at its next look). False when the variable cannot be read, is
 /// `none` or `emulated` (fragments the sender pushes while it polls).
-bool single_copy_by_reader() {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return false;
-  bool reader = false;
-  int idx = -1;
-  if (MPI_T_cvar_get_index("btl_vader_single_copy_mechanism", &idx) == MPI_SUCCESS) {
-    char name[256], desc[256];
-    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
-    MPI_Datatype type;
-    MPI_T_enum en = MPI_T_ENUM_NULL;
-    MPI_T_cvar_handle h;
-    int count = 0, value = -1;
-    if (MPI_T_cvar_get_info(idx, name, &name_len, &verbosity, &type, &en, desc, &desc_len, &bind, &scope) == MPI_SUCCESS &&
-        type == MPI_INT && en != MPI_T_ENUM_NULL && MPI_T_cvar_handle_alloc(idx, nullptr, &h, &count) == MPI_SUCCESS) {
-      if (count == 1 && MPI_T_cvar_read(h, &value) == MPI_SUCCESS) {
-        int items = 0;
-        char en_name[64];
-        int en_len = sizeof en_name;
-        if (MPI_T_enum_get_info(en, &items, en_name, &en_len) == MPI_SUCCESS) {
-          for (int i = 0; i < items; ++i) {
-            int v = 0;
-            char item[64];
-            int item_len = sizeof item;
-            if (MPI_T_enum_get_item(en, i, &v, item, &item_len) != MPI_SUCCESS || v != value) continue;
-            const std::string mech(item);
-            reader = mech == "cma" || mech == "xpmem" || mech == "knem";
-          }
-        }
-      }
-      MPI_T_cvar_handle_free(&h);
-    }
-  }
-  MPI_T_finalize();
-  return reader;
+bool single_copy_by_reader(const MpiTSession& t) {
+  int value = -1;
+  std::string mech;
+  return t.read("btl_vader_single_copy_mechanism", &value, &mech) && (mech == "cma" || mech == "xpmem" || mech == "knem");
 }
 
 class MpiLane final : public MessageLane {
@@ -200,18 +215,21 @@ class MpiLane final : public MessageLane {
     }
     // Every piece within the eager limit: MPI copies it out during MPI_Isend, and it reaches the peer
     // without this process polling again; its request is only reclaimed later (by the next post or poll).
-    bool eager = static_cast<int64_t>(keep->head.size()) <= eager_bytes_;
-    for (const Tensor& t : keep->bodies) eager = eager && static_cast<int64_t>(t.nbytes()) <= eager_bytes_;
+    int64_t total = static_cast<int64_t>(keep->head.size());
+    bool eager = total <= eager_bytes_;
+    for (const Tensor& t : keep->bodies) {
+      eager = eager && static_cast<int64_t>(t.nbytes()) <= eager_bytes_;
+      total += static_cast<int64_t>(t.nbytes());
+    }
     // Above the eager limit, at most kReaderMaxBytes, to a rank of this node whose shared-memory transport
     // copies by the reader (single_copy_by_reader): the peer moves it, so post returns at once, as for an
     // eager message, and the caller prepares its next message while this one is read (a 64 KB stream
     // under Open MPI's default CMA: 8.6 us a transfer against 10.2 when post waited for each one's end,
     // medians of 10 alternated runs; raw MPI_Send 7.2-7.4; a raw MPI program whose sender is busy 0.7 us
-    // between sends went from 10.0 to 7.8 us with such a window, MPI_Send's 7.5). At most kReaderWindow pieces of such messages are under way at a time (bodies, in practice:
-    // a head within the eager limit is out at once): post waits for the oldest, at most kOwnProgress (a
-    // peer that stopped reading: then it goes on).
-    int64_t total = static_cast<int64_t>(keep->head.size());
-    for (const Tensor& t : keep->bodies) total += static_cast<int64_t>(t.nbytes());
+    // between sends went from 10.0 to 7.8 us with such a window, MPI_Send's 7.5). At most kReaderWindow
+    // pieces of such messages are under way at a time (bodies, in practice: a head within the eager limit
+    // is out at once): post waits for the oldest, at most kOwnProgress (a peer that stopped reading: then
+    // it goes on).
     const bool by_reader = !eager && !awaited && total <= kReaderMaxBytes && peer_reads(dest);
     std::vector<MPI_Request> mine;
     {
@@ -219,7 +237,7 @@ class MpiLane final : public MessageLane {
       if (!out_.empty()) test_sends_locked();
       if (by_reader) {
         const auto until = mpi_impl::Clock::now() + kOwnProgress;
-        for (int k = 0; reader_sends_locked() >= kReaderWindow; ++k) {
+        for (int k = 0; peer_reads_under_way() >= kReaderWindow; ++k) {
           test_sends_locked();
           if ((k & 63) == 63 && mpi_impl::Clock::now() > until) break;  // a stuck peer: go on, memory kept
 #if defined(__x86_64__) || defined(__i386__)
@@ -567,9 +585,6 @@ class MpiLane final : public MessageLane {
     leaked.emplace_back(req, t);
   }
 
-  /// Pieces of messages read by their peer (post's by_reader) not known to be complete.
-  size_t reader_sends_locked() const { return reader_out_.load(std::memory_order_relaxed); }
-
   /// Sends not complete that need this process's polling to move (not the eager ones).
   size_t progress_pending_locked() const {
     size_t n = 0;
@@ -611,8 +626,8 @@ class MpiLane final : public MessageLane {
   std::vector<MPI_Request> reqs_;  // test_sends_locked's scratch
   std::vector<int> idx_;
   std::atomic<bool> aborted_{false};
-  int64_t eager_bytes_ = eager_limit_bytes();
-  bool reader_copies_ = single_copy_by_reader() && !env_flag_off("TROUPE_LANE_READER_SENDS");
+  int64_t eager_bytes_ = eager_limit_bytes(MpiTSession());
+  bool reader_copies_ = single_copy_by_reader(MpiTSession()) && !env_flag_off("TROUPE_LANE_READER_SENDS");
   std::atomic<size_t> reader_out_{0};  // out_'s by_reader pieces (updated under send_mu_)
   std::mutex ring_mu_;  // the head receives: poll(), and a look from idle_wait or polling(false)
   std::vector<Slot> slots_;
