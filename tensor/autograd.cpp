@@ -434,6 +434,14 @@ Tensor validate(const Node& fn, size_t i, Tensor g, const Edge& e) {
     g = sum_to(g, m.sizes);
   }
   if (g.dtype() != m.dtype) g = g.to(m.dtype);
+  if (g.device() != m.device) {
+    // a 0-dim CPU tensor used beside a CUDA tensor gets its gradient computed there
+    if (g.dim() != 0)
+      throw std::runtime_error("Function " + fn.name() + " returned an invalid gradient at index " +
+                               std::to_string(i) + " - expected device " + m.device.str() + " but got " +
+                               g.device().str());
+    g = g.to(m.device);
+  }
   return g;
 }
 

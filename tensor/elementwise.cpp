@@ -65,9 +65,21 @@ bool is_comparison(BinaryOp op) {
          op == BinaryOp::Ge || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;
 }
 
+// A 0-dim CPU tensor beside a tensor on another device is used as a number, as in PyTorch
+// (`cuda_tensor * torch.tensor(2.)` works): this is that number on `d`, outside the graph.
+bool is_cpu_scalar(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
+Tensor scalar_to_device_raw(const Tensor& t, Device d) {
+  NoGradGuard ng;
+  return t.detach().to(d);
+}
+
 // Forward of a binary op on tensors: promotion, broadcasting, kernel. No autograd.
 Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, ScalarType compute,
                       double alpha = 1) {
+  if (a.device() != b.device()) {
+    if (is_cpu_scalar(b)) return binary_forward(name, op, a, scalar_to_device_raw(b, a.device()), compute, alpha);
+    if (is_cpu_scalar(a)) return binary_forward(name, op, scalar_to_device_raw(a, b.device()), b, compute, alpha);
+  }
   check_same_device(name, a, b);
   auto shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType out_dt = is_comparison(op) ? kBool : compute;
@@ -712,6 +724,12 @@ Tensor& binary_inplace(const char* name, const char* node, BinaryOp op, Tensor& 
   if (!IntArrayRef(shape).equals(self.sizes()))
     throw std::invalid_argument(std::string("[") + name + "] output with shape " + list_str(self.sizes()) +
                                 " doesn't match the broadcast shape " + list_str(shape));
+  if (self.device() != other.device() && is_cpu_scalar(other)) {
+    // a 0-dim CPU tensor acts as a number on self's device; its gradient (if any) comes back to the
+    // CPU through the engine's device check, as in PyTorch
+    Tensor moved = other.to(self.device());
+    return binary_inplace(name, node, op, self, moved, alpha);
+  }
   check_same_device(name, self, other);
   // mul_/div_ need the old value of self for the gradient of other
   bool need_old = other.requires_grad() && (op == BinaryOp::Mul || op == BinaryOp::Div);
@@ -800,22 +818,22 @@ Tensor& Tensor::add_(Scalar o, Scalar a) {
     return *this;
   }
   check_inplace_cast("add_", result_type(*this, o), dtype());  // before the number is cast to self's dtype
-  return binary_inplace("add_", "AddBackward1", BinaryOp::Add, *this, scalar_tensor(o, dtype()), a.to_double());
+  return binary_inplace("add_", "AddBackward1", BinaryOp::Add, *this, scalar_tensor(o, TensorOptions().dtype(dtype()).device(device())), a.to_double());
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar a) { return binary_inplace("sub_", "SubBackward0", BinaryOp::Sub, *this, o, a.to_double()); }
 Tensor& Tensor::sub_(Scalar o, Scalar a) {
   check_inplace_cast("sub_", result_type(*this, o), dtype());
-  return binary_inplace("sub_", "SubBackward1", BinaryOp::Sub, *this, scalar_tensor(o, dtype()), a.to_double());
+  return binary_inplace("sub_", "SubBackward1", BinaryOp::Sub, *this, scalar_tensor(o, TensorOptions().dtype(dtype()).device(device())), a.to_double());
 }
 Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace("mul_", "MulBackward0", BinaryOp::Mul, *this, o, 1); }
 Tensor& Tensor::mul_(Scalar o) {
   check_inplace_cast("mul_", result_type(*this, o), dtype());
-  return binary_inplace("mul_", "MulBackward1", BinaryOp::Mul, *this, scalar_tensor(o, dtype()), 1);
+  return binary_inplace("mul_", "MulBackward1", BinaryOp::Mul, *this, scalar_tensor(o, TensorOptions().dtype(dtype()).device(device())), 1);
 }
 Tensor& Tensor::div_(const Tensor& o) { return binary_inplace("div_", "DivBackward0", BinaryOp::Div, *this, o, 1); }
 Tensor& Tensor::div_(Scalar o) {
   return binary_inplace("div_", "DivBackward1", BinaryOp::Div, *this,
-                        scalar_tensor(o, is_floating_point() ? dtype() : get_default_dtype()), 1);
+                        scalar_tensor(o, TensorOptions().dtype(is_floating_point() ? dtype() : get_default_dtype()).device(device())), 1);
 }
 Tensor& Tensor::pow_(Scalar e) {
   return unary_inplace("pow_", *this, [e](const Tensor& x) { return troupe::pow(x, e); });
