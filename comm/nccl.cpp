@@ -35,8 +35,10 @@ ncclDataType_t nccl_type(ScalarType t) {
 
 /// The NCCL op of `op` on `t`: reduce_op.h's table (bool moves as 0/1 bytes: OR is ncclMax, AND ncclMin),
 /// AVG as ncclAvg on floating dtypes.
-ncclRedOp_t nccl_op(ReduceOp op, ScalarType t) {
-  if (op == ReduceOp::AVG && t != kBool) return ncclAvg;
+/// A group of one rank sums instead: the same numbers, and NCCL's one-rank ncclAvg left the last
+/// element of a 65,537-element float64 reduce_scatter unwritten on an H200.
+ncclRedOp_t nccl_op(ReduceOp op, ScalarType t, int group_size) {
+  if (op == ReduceOp::AVG && t != kBool) return group_size == 1 ? ncclSum : ncclAvg;
   switch (detail::combine_of(op, t)) {
     case detail::Combine::Sum: return ncclSum;
     case detail::Combine::Product: return ncclProd;
@@ -68,7 +70,7 @@ class NcclProcessGroup : public ProcessGroup {
     void* p = tensor.data_ptr();
     size_t n = static_cast<size_t>(tensor.numel());
     ncclDataType_t type = nccl_type(tensor.dtype());
-    ncclRedOp_t rop = nccl_op(op, tensor.dtype());
+    ncclRedOp_t rop = nccl_op(op, tensor.dtype(), size());
     Comm& c = *c_;
     return c_->submit(o, [] {}, [&] {
       if (n) TROUPE_NCCL_CALL(c, *o, ncclAllReduce(p, p, n, type, rop, c.handle(), c.stream()));
@@ -153,7 +155,7 @@ class NcclProcessGroup : public ProcessGroup {
     // NCCL's in-place form: output is this rank's slot of input. Any other overlap is staged.
     bool stage = out != in + rank() * output.nbytes() && overlaps(in, input.nbytes(), out, output.nbytes());
     ncclDataType_t type = nccl_type(input.dtype());
-    ncclRedOp_t rop = nccl_op(op, input.dtype());
+    ncclRedOp_t rop = nccl_op(op, input.dtype(), size());
     Comm& c = *c_;
     Tensor staged;
     return c_->submit(o, [&] {
@@ -182,7 +184,7 @@ class NcclProcessGroup : public ProcessGroup {
     size_t bytes = output.nbytes();
     void* out = output.data_ptr();
     ncclDataType_t type = nccl_type(output.dtype());
-    ncclRedOp_t rop = nccl_op(op, output.dtype());
+    ncclRedOp_t rop = nccl_op(op, output.dtype(), size());
     Comm& c = *c_;
     Tensor flat;
     return c_->submit(o, [&] {
@@ -302,6 +304,10 @@ class NcclProcessGroup : public ProcessGroup {
     })->wait();
     std::string label = o->label();
     auto plan = detail::plan_subgroup(label, all.cpu().to_vector<int64_t>(), rank(), color, check, c_->options(), options);
+    // A non-blocking split writes the child's handle through the pointer once the child is set up,
+    // which can be after the call returned and after the parent reports success (seen with a one-rank
+    // group on an H200): the slot outlives this call and is polled below.
+    ncclComm_t* slot = c_->new_split_slot();
     ncclComm_t sub = nullptr;
     ncclResult_t r;
     {
@@ -309,7 +315,7 @@ class NcclProcessGroup : public ProcessGroup {
       DeviceGuard dg(c_->device());
       ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
       cfg.blocking = 0;
-      r = ncclCommSplit(c_->handle(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &cfg);
+      r = ncclCommSplit(c_->handle(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot, &cfg);
       if (r == ncclInProgress) {
         // The parent settles first; the child (if any) is waited for by make_comm.
         c_->settle(c_->handle(), *o, Clock::now() + c_->options().timeout, "ncclCommSplit", __FILE__, __LINE__);
@@ -319,7 +325,15 @@ class NcclProcessGroup : public ProcessGroup {
         throw CommError(label + ": " + nccl_failure(r, c_->handle(), "ncclCommSplit", __FILE__, __LINE__));
       }
     }
-    if (color < 0 || sub == nullptr) return nullptr;
+    if (color < 0) return nullptr;
+    const auto deadline = Clock::now() + c_->options().timeout;
+    for (uint32_t polls = 0; (sub = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) == nullptr; ++polls) {
+      if (Clock::now() > deadline)
+        throw CommError(label + ": ncclCommSplit reported success but gave no communicator for color " +
+                        std::to_string(color) + " within " + ms_str(c_->options().timeout));
+      if (polls < 64) sched_yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     DeviceGuard dg(c_->device());
     auto comm = make_comm(sub, ncclInProgress, c_->device(), plan.new_rank, static_cast<int>(plan.members.size()),
                           std::move(plan.options), fn, "ncclCommSplit");

@@ -203,6 +203,19 @@ class Comm : public std::enable_shared_from_this<Comm> {
   bool aborted_ = false;
   bool shut_ = false;
   std::vector<OpPtr> inflight_;
+
+ public:
+  /// Where ncclCommSplit writes a child's handle (see make_subgroup): NCCL may write it after the
+  /// call returns, so each slot lives as long as this parent communicator.
+  ncclComm_t* new_split_slot() {
+    std::lock_guard<std::mutex> g(slots_mu_);
+    split_slots_.push_back(std::make_unique<ncclComm_t>(nullptr));
+    return split_slots_.back().get();
+  }
+
+ private:
+  std::mutex slots_mu_;
+  std::vector<std::unique_ptr<ncclComm_t>> split_slots_;
 };
 
 #define TROUPE_NCCL_CALL(comm, op, call) (comm).check((call), (op), #call, __FILE__, __LINE__)
