@@ -694,7 +694,9 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   Tensor c = isclose(a, b, rtol, atol, equal_nan);
-  const bool* p = c.contiguous().data_ptr<bool>();
+  if (!c.is_cpu()) c = c.cpu();  // the answer is read on the host
+  c = c.contiguous();
+  const bool* p = c.data_ptr<bool>();
   for (int64_t i = 0; i < c.numel(); ++i)
     if (!p[i]) return false;
   return true;
@@ -703,7 +705,9 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
 bool equal(const Tensor& a, const Tensor& b) {
   if (!a.sizes().equals(b.sizes())) return false;
   NoGradGuard ng;
-  Tensor c = eq(a, b).contiguous();
+  Tensor c = eq(a, b);
+  if (!c.is_cpu()) c = c.cpu();  // the answer is read on the host
+  c = c.contiguous();
   const bool* p = c.data_ptr<bool>();
   for (int64_t i = 0; i < c.numel(); ++i)
     if (!p[i]) return false;

@@ -386,11 +386,13 @@ Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides, std::
     int64_t in_off = t.storage_offset();
     auto vs = sizes.vec(), vst = strides.vec();
     autograd::record("AsStridedBackward0", {t}, out, [in_sizes, in_strides, in_off, vs, vst, off](const variable_list& g) {
-      Tensor gx = zeros(in_sizes, g[0].options());
+      // The accumulation runs on the CPU; a gradient on another device goes there and back.
+      const Tensor& gin = g[0];
+      Tensor gx = zeros(in_sizes, gin.options().device(Device(kCPU)));
       // gx is contiguous: map the view's geometry, given relative to t's storage, onto gx's
       // (exact when t itself was contiguous, the case as_strided is meant for).
       Tensor region = gx.as_strided(vs, vst, off - in_off);
-      Tensor gv = g[0].contiguous();
+      Tensor gv = (gin.is_cpu() ? gin : gin.cpu()).contiguous();
       NoGradGuard ng;
       dispatch_all(gx.dtype(), [&](auto tag) {
         using T = decltype(tag);
@@ -408,7 +410,7 @@ Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides, std::
           }
         }
       });
-      return variable_list{gx};
+      return variable_list{gin.is_cpu() ? gx : gx.to(gin.device())};
     }, false);
   }
   return out;

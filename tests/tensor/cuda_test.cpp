@@ -547,6 +547,22 @@ TEST(CudaAutograd, BackwardThroughCudaTensors) {
   EXPECT_TRUE(tensors_close(h.grad(), mul(xc, 2), 1e-6, 1e-6, true));
 }
 
+// as_strided's backward and allclose/equal read their data on the host: CUDA tensors go through the CPU
+// (before, they read device memory from the host).
+TEST(CudaAutograd, AsStridedBackwardAndAllcloseOnCuda) {
+  TROUPE_REQUIRE_CUDA();
+  Tensor xc = sample(kFloat32, {6}, 34);
+  Tensor x = xc.cuda().requires_grad_();
+  x.as_strided({2, 3}, {2, 1}, 0).sum().backward();  // windows [0, 3) and [2, 5) overlap at 2
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(x.grad().is_cuda());
+  EXPECT_TRUE(tensors_close(x.grad().cpu(), tensor(std::vector<float>{1, 1, 2, 1, 1, 0}), 0, 0, true));
+  EXPECT_TRUE(allclose(x.detach(), xc.cuda()));
+  EXPECT_TRUE(equal(x.detach(), xc.cuda()));
+  EXPECT_FALSE(equal(x.detach(), add(xc, 1.0).cuda()));
+  EXPECT_FALSE(allclose(x.detach(), add(xc, 1.0).cuda()));
+}
+
 // ---------------------------------------------------------------- indexing
 
 TEST(CudaIndex, GatherIndexSelectScatterIndexAdd) {
