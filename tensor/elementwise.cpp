@@ -634,6 +634,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (cond.dtype() != kBool && cond.dtype() != kUInt8)
     throw std::invalid_argument(std::string("[where] expected condition to be a boolean tensor, but got a tensor with "
                                             "dtype ") + dtype_name(cond.dtype()));
+  // 0-dim CPU values beside a condition on another device act as numbers (moved with autograd)
+  if (!cond.device().is_cpu() && (is_cpu_scalar(a) || is_cpu_scalar(b)))
+    return where(cond, is_cpu_scalar(a) ? a.to(cond.device()) : a, is_cpu_scalar(b) ? b.to(cond.device()) : b);
   check_same_device("where", a, b);
   check_same_device("where", cond, a);
   ScalarType dt = result_type(a, b);

@@ -382,6 +382,10 @@ TEST(CudaElementwise, ZeroDimCpuTensorActsAsANumber) {
   z.div_(4.0);
   EXPECT_TRUE(tensors_close(z.cpu(), mul(x, 0.5), 1e-6, 1e-6, true));
   EXPECT_THROW((void)mul(x.cuda(), full({5}, 2.0)), std::invalid_argument);
+  // where with a 0-dim CPU value
+  Tensor w = where(gt(x.cuda(), 0.0), x.cuda(), scalar_tensor(-1.0, TensorOptions().dtype(kFloat32)));
+  ASSERT_TRUE(w.is_cuda());
+  EXPECT_TRUE(tensors_close(w.cpu(), where(gt(x, 0.0), x, full({}, -1.0)), 0, 0, true));
 }
 
 TEST(CudaElementwise, WhereAndMaskedFill) {
