@@ -427,6 +427,14 @@ struct EarlyAnswer {
 };
 thread_local EarlyAnswer* t_answer = nullptr;
 
+// A handler that answered early (Actor::reply_now) and failed afterwards: the caller has its answer, so the
+// failure can only be reported here.
+void report_failed_after_answer(const std::string& method, const std::string& actor, int rank,
+                                const std::string& error) {
+  std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed after it was answered: %s\n",
+               method.c_str(), actor.c_str(), rank, error.c_str());
+}
+
 thread_local std::vector<LaneRun>* t_lane_runs = nullptr;  // this thread's while it polls the lane outside a handler
 thread_local bool t_lane_handler = false;                  // the lane thread runs a handler
 // How long the lane thread, waiting inside a handler, sleeps on its doorbell between looks: a reply that
@@ -1471,9 +1479,7 @@ class System {
     }
     const bool ok = error.empty();
     if (early.answered) {
-      if (!ok)
-        std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed after it was answered: %s\n",
-                     c.method.c_str(), h.name.c_str(), h.rank, error.c_str());
+      if (!ok) report_failed_after_answer(c.method, h.name, h.rank, error);
       return;
     }
     if (c.id == 0) {
@@ -1736,9 +1742,7 @@ bool Host::call_here(const std::string& method, const List& args, Value& result,
     early.kept = &answered;
     System::invoke(*this, method, args, result, error, &early);
     if (early.answered) {
-      if (!error.empty())
-        std::fprintf(stderr, "[actors] message '%s' to actor '%s' (rank %d) failed after it was answered: %s\n",
-                     method.c_str(), name.c_str(), rank, error.c_str());
+      if (!error.empty()) report_failed_after_answer(method, name, rank, error);
       result = std::move(answered);
       error.clear();
     }
