@@ -68,6 +68,11 @@ void TensorImpl::refresh() {
   contiguous = c || n == 0;
 }
 
+void Tensor::throw_undefined(const char* what) {
+  throw std::runtime_error(std::string(what) +
+                           "() called on an undefined Tensor (a default-constructed Tensor, or a grad() that is not set)");
+}
+
 void check_dtype_for_data_ptr(ScalarType have, ScalarType want) {
   if (have != want)
     throw std::invalid_argument(std::string("[data_ptr] expected scalar type ") + dtype_name(want) +
@@ -156,6 +161,7 @@ void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, 
 }
 
 Tensor Tensor::detach() const {
+  checked("detach");
   auto impl = std::make_shared<TensorImpl>(impl_->storage, impl_->sizes, impl_->strides, impl_->offset, impl_->dtype);
   return Tensor(impl);
 }
@@ -209,7 +215,7 @@ Tensor& Tensor::resize_(IntArrayRef new_sizes) {
   return *this;
 }
 
-bool Tensor::is_inference() const { return impl_->storage->inference; }
+bool Tensor::is_inference() const { return checked("is_inference")->storage->inference; }
 
 void Tensor::check_inference_inplace() const {
   if (!autograd::InferenceMode::is_enabled()) autograd::throw_inference_inplace("inplace");

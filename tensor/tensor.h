@@ -89,18 +89,18 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   /// True when both handles refer to the same TensorImpl.
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
-  IntArrayRef sizes() const { return impl_->sizes; }
-  IntArrayRef strides() const { return impl_->strides; }
+  IntArrayRef sizes() const { return checked("sizes")->sizes; }
+  IntArrayRef strides() const { return checked("strides")->strides; }
   /// Size of dim `d` (negative counts from the end).
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+  int64_t dim() const { return static_cast<int64_t>(checked("dim")->sizes.size()); }
   int64_t ndimension() const { return dim(); }
-  int64_t numel() const { return impl_->numel; }
-  int64_t storage_offset() const { return impl_->offset; }
-  ScalarType dtype() const { return impl_->dtype; }
-  ScalarType scalar_type() const { return impl_->dtype; }
-  Device device() const { return impl_->device(); }
+  int64_t numel() const { return checked("numel")->numel; }
+  int64_t storage_offset() const { return checked("storage_offset")->offset; }
+  ScalarType dtype() const { return checked("dtype")->dtype; }
+  ScalarType scalar_type() const { return checked("scalar_type")->dtype; }
+  Device device() const { return checked("device")->device(); }
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
   /// dtype, device and layout (requires_grad is not part of it, as in libtorch).
@@ -108,20 +108,20 @@ class Tensor {
   Layout layout() const { return kStrided; }
   size_t element_size() const { return troupe::element_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
-  bool is_contiguous() const { return impl_->contiguous; }
+  bool is_contiguous() const { return checked("is_contiguous")->contiguous; }
   bool is_floating_point() const { return troupe::is_floating_point(dtype()); }
-  bool is_view() const { return impl_->view_base != nullptr; }
+  bool is_view() const { return checked("is_view")->view_base != nullptr; }
   /// The version counter shared with every view of the same storage.
-  uint32_t _version() const { return impl_->storage->version; }
+  uint32_t _version() const { return checked("_version")->storage->version; }
   void bump_version() const {
-    if (impl_->storage->inference) check_inference_inplace();
+    if (checked("bump_version")->storage->inference) check_inference_inplace();
     ++impl_->storage->version;
   }
 
   // ---- data access
   template <typename T>
   T* data_ptr() const;
-  void* data_ptr() const { return impl_->data(); }
+  void* data_ptr() const { return checked("data_ptr")->data(); }
   /// The value of a one-element tensor, converted to T.
   template <typename T>
   T item() const;
@@ -361,6 +361,13 @@ class Tensor {
   /// Throws for an in-place change of an inference tensor outside InferenceMode.
   void check_inference_inplace() const;
   std::shared_ptr<TensorImpl> impl_;
+  /// impl_, or an error naming the accessor when the tensor is undefined (as libtorch's undefined
+  /// tensor, whose accessors throw instead of crashing).
+  TensorImpl* checked(const char* what) const {
+    if (!impl_) [[unlikely]] throw_undefined(what);
+    return impl_.get();
+  }
+  [[noreturn]] static void throw_undefined(const char* what);
 };
 
 using TensorList = ArrayRef<Tensor>;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -92,6 +93,31 @@ TEST(Tensor, SizesStridesAndDims) {
 }
 
 // ---------------------------------------------------------------- factories
+
+// An undefined tensor (default-constructed, or a grad() never set) throws from its accessors, naming the
+// accessor, instead of dereferencing null.
+TEST(Tensor, UndefinedTensorThrowsInsteadOfCrashing) {
+  Tensor t;
+  ASSERT_FALSE(t.defined());
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(message([&] { (void)t.sizes(); }),
+            "sizes() called on an undefined Tensor (a default-constructed Tensor, or a grad() that is not set)");
+  EXPECT_NE(message([&] { (void)t.cpu(); }).find("called on an undefined Tensor"), std::string::npos);
+  EXPECT_NE(message([&] { (void)t.to(kFloat64); }).find("called on an undefined Tensor"), std::string::npos);
+  EXPECT_NE(message([&] { (void)t.detach(); }).find("detach() called on an undefined Tensor"), std::string::npos);
+  EXPECT_NE(message([&] { (void)t.data_ptr(); }).find("data_ptr() called on an undefined Tensor"), std::string::npos);
+  Tensor leaf = ones({2}).requires_grad_();
+  Tensor nonleaf = mul(leaf, 2.0);
+  EXPECT_NE(message([&] { (void)nonleaf.grad().numel(); }).find("numel() called on an undefined Tensor"),
+            std::string::npos);
+}
 
 TEST(Tensor, ZerosOnesFull) {
   EXPECT_EQ(vals(zeros({3})), (std::vector<double>{0, 0, 0}));
