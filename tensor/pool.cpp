@@ -1,5 +1,6 @@
 // max_pool2d (with indices) and avg_pool2d with their backward functions (themselves differentiable ops, so
-// double backward works); CPU only, through the loops below.
+// double backward works): on the CPU through the loops below; on other devices (CUDA) through index ops on
+// a table of the windows ("pooling through index ops" below).
 #include <algorithm>
 #include "tracing.h"
 #include <bit>
@@ -20,6 +21,7 @@
 #include "op_helpers.h"
 #include "ops.h"
 #include "parallel.h"
+#include "pool_detail.h"
 
 namespace troupe {
 
@@ -128,7 +130,6 @@ PoolGeom pool_geom(const char* op, const Tensor& x, const PoolParams& p) {
 
 void check_pool_input(const char* op, const Tensor& x, bool allow_int) {
   if (!x.defined()) throw std::invalid_argument(err(op, "got an undefined tensor"));
-  if (!x.is_cpu()) throw std::invalid_argument(err(op, "not implemented for device " + x.device().str()));
   if (!x.is_floating_point() && !(allow_int && is_integral(x.dtype())))
     throw std::invalid_argument(err(op, std::string("not implemented for dtype ") + dtype_name(x.dtype())));
 }
@@ -141,6 +142,146 @@ template <typename T>
 bool is_nan_value(T v) {
   if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
   else return false;
+}
+
+// The avg window of output (oh, ow): f(ih0, ih1, iw0, iw1, divide) over the rows and columns inside the image.
+template <typename F>
+void avg_pool_windows(const PoolGeom& g, const PoolParams& p, bool count_include_pad,
+                      std::optional<int64_t> divisor_override, int64_t oh, int64_t ow, F&& f) {
+  int64_t ih0 = oh * p.sh - p.ph, iw0 = ow * p.sw - p.pw;
+  int64_t ih1 = std::min(ih0 + p.kh, g.H + p.ph), iw1 = std::min(iw0 + p.kw, g.W + p.pw);
+  const int64_t pool_size = (ih1 - ih0) * (iw1 - iw0);
+  ih0 = std::max<int64_t>(ih0, 0);
+  iw0 = std::max<int64_t>(iw0, 0);
+  ih1 = std::min(ih1, g.H);
+  iw1 = std::min(iw1, g.W);
+  int64_t divide = 0;
+  if (ih0 < ih1 && iw0 < iw1)
+    divide = divisor_override ? *divisor_override : (count_include_pad ? pool_size : (ih1 - ih0) * (iw1 - iw0));
+  f(ih0, ih1, iw0, iw1, divide);
+}
+
+// ---- pooling through index ops (devices without pooling kernels, and the CPU under the test switch)
+//
+// A table of the windows is built on the CPU: for output position l = oh * oW + ow, K = kh * kw input
+// positions (ih * W + iw) in the CPU loops' order (rows, then columns). A position outside the image
+// repeats the window's first position inside it, with mask 0, so every entry is a valid index: it leaves
+// a maximum unchanged and adds nothing to a sum. The device then runs index_select, max / sum, gather,
+// scatter_add and index_add, kernels every backend has. Where two NaNs share a window the index is the
+// first NaN's (the CPU loops keep the last); values are the same.
+
+bool use_index_path(const Tensor& t) { return !t.is_cpu() || detail::pool_index_path_on_cpu(); }
+
+struct Windows {
+  Tensor index;   // (L * K) int64 on the input's device
+  Tensor mask;    // (L, K) 1 inside the image, 0 outside, in the compute dtype, on the device
+  Tensor divide;  // (L) avg pooling's divisor (1 for a window that divides by 0: its mask row is 0)
+  int64_t L = 0, K = 0;
+};
+
+/// The compute dtype of the index path: float32 for the 16-bit floats (as the CPU loops' opmath).
+ScalarType index_compute_dtype(ScalarType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+Windows pool_windows(const PoolGeom& g, const PoolParams& p, const Tensor& like, bool count_include_pad,
+                     std::optional<int64_t> divisor_override, bool avg) {
+  Windows w;
+  w.L = g.oH * g.oW;
+  w.K = p.kh * p.kw;
+  Tensor index = empty({w.L * w.K}, TensorOptions().dtype(kInt64));
+  Tensor mask = empty({w.L, w.K}, TensorOptions().dtype(kFloat64));
+  Tensor divide = avg ? empty({w.L}, TensorOptions().dtype(kFloat64)) : Tensor();
+  int64_t* ix = index.data_ptr<int64_t>();
+  double* mk = mask.data_ptr<double>();
+  double* dv = avg ? divide.data_ptr<double>() : nullptr;
+  for (int64_t oh = 0; oh < g.oH; ++oh)
+    for (int64_t ow = 0; ow < g.oW; ++ow) {
+      const int64_t l = oh * g.oW + ow;
+      int64_t first = -1;
+      for (int64_t ki = 0; ki < p.kh && first < 0; ++ki)
+        for (int64_t kj = 0; kj < p.kw && first < 0; ++kj) {
+          const int64_t ih = oh * p.sh - p.ph + ki * p.dh, iw = ow * p.sw - p.pw + kj * p.dw;
+          if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) first = ih * g.W + iw;
+        }
+      for (int64_t ki = 0; ki < p.kh; ++ki)
+        for (int64_t kj = 0; kj < p.kw; ++kj) {
+          const int64_t ih = oh * p.sh - p.ph + ki * p.dh, iw = ow * p.sw - p.pw + kj * p.dw;
+          const bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+          const int64_t k = l * w.K + ki * p.kw + kj;
+          ix[k] = in ? ih * g.W + iw : std::max<int64_t>(first, 0);
+          mk[k] = in ? 1.0 : 0.0;
+        }
+      if (avg)
+        avg_pool_windows(g, p, count_include_pad, divisor_override, oh, ow,
+                         [&](int64_t, int64_t, int64_t, int64_t, int64_t d) {
+                           dv[l] = d == 0 ? 1.0 : static_cast<double>(d);
+                           if (d == 0) std::fill(mk + l * w.K, mk + (l + 1) * w.K, 0.0);
+                         });
+    }
+  const ScalarType ct = index_compute_dtype(like.dtype());
+  w.index = index.to(like.device());
+  w.mask = mask.to(TensorOptions().dtype(ct).device(like.device()));
+  if (avg) w.divide = divide.to(TensorOptions().dtype(ct).device(like.device()));
+  return w;
+}
+
+void max_pool_forward_index(const Tensor& x, const Tensor& out, const Tensor& idx, const PoolGeom& g,
+                            const PoolParams& p) {
+  NoGradGuard ng;
+  const Windows w = pool_windows(g, p, x, false, std::nullopt, false);
+  const int64_t P = g.planes;
+  Tensor vals = index_select(x.detach().reshape({P, g.H * g.W}), 1, w.index).view({P, w.L, w.K});
+  auto [m, k] = max(vals, 2);
+  // the chosen entry's input position: index[l * K + k]
+  Tensor at = add(k, mul(arange(Scalar(w.L), TensorOptions().dtype(kInt64).device(x.device())), w.K));
+  backend(out).copy(out, m.view(g.out_sizes));
+  backend(idx).copy(idx, index_select(w.index, 0, at.reshape({-1})).view(g.out_sizes));
+}
+
+Tensor max_pool_scatter_index(const Tensor& gy, const Tensor& idx, IntArrayRef in_sizes, int64_t H, int64_t W) {
+  NoGradGuard ng;
+  Tensor gx = zeros(in_sizes, gy.options());
+  const int64_t planes = gx.numel() / (H * W), L = idx.numel() / std::max<int64_t>(planes, 1);
+  if (gx.numel() == 0) return gx;
+  return scatter_add(gx.view({planes, H * W}), 1, idx.reshape({planes, L}), gy.detach().reshape({planes, L}))
+      .view(in_sizes);
+}
+
+Tensor max_pool_gather_index(const Tensor& gx, const Tensor& idx, int64_t H, int64_t W) {
+  NoGradGuard ng;
+  const int64_t planes = gx.numel() / (H * W), L = idx.numel() / std::max<int64_t>(planes, 1);
+  if (idx.numel() == 0) return empty(idx.sizes(), gx.options());
+  return gather(gx.detach().reshape({planes, H * W}), 1, idx.reshape({planes, L})).view(idx.sizes());
+}
+
+void check_index_path_dtype(const char* op, const Tensor& t) {
+  if (!is_floating_point(t.dtype()))
+    throw std::invalid_argument(err(op, std::string("not implemented for dtype ") + dtype_name(t.dtype()) +
+                                            " on device " + t.device().str() + " (floating-point inputs only)"));
+}
+
+Tensor avg_pool_forward_index(const Tensor& x, const PoolGeom& g, const PoolParams& p, bool count_include_pad,
+                              std::optional<int64_t> divisor_override) {
+  check_index_path_dtype("avg_pool2d", x);
+  NoGradGuard ng;
+  const Windows w = pool_windows(g, p, x, count_include_pad, divisor_override, true);
+  const int64_t P = g.planes;
+  const ScalarType ct = index_compute_dtype(x.dtype());
+  Tensor vals = index_select(x.detach().reshape({P, g.H * g.W}), 1, w.index).view({P, w.L, w.K}).to(ct);
+  Tensor s = sum(mul(vals, w.mask.view({1, w.L, w.K})), {2});
+  return div(s, w.divide.view({1, w.L})).to(x.dtype()).view(g.out_sizes);
+}
+
+Tensor avg_pool_backward_index(const Tensor& gy, IntArrayRef in_sizes, const PoolGeom& g, const PoolParams& p,
+                               bool count_include_pad, std::optional<int64_t> divisor_override) {
+  check_index_path_dtype("avg_pool2d_backward", gy);
+  NoGradGuard ng;
+  const Windows w = pool_windows(g, p, gy, count_include_pad, divisor_override, true);
+  const int64_t P = g.planes;
+  const ScalarType ct = index_compute_dtype(gy.dtype());
+  Tensor d = div(gy.detach().reshape({P, w.L}).to(ct), w.divide.view({1, w.L}));
+  Tensor contrib = mul(d.unsqueeze(2), w.mask.view({1, w.L, w.K})).reshape({P, w.L * w.K});
+  Tensor gx = index_add(zeros({P, g.H * g.W}, TensorOptions().dtype(ct).device(gy.device())), 1, w.index, contrib);
+  return gx.to(gy.dtype()).view(in_sizes);
 }
 
 // ---- max pool kernels (contiguous planes of H*W)
@@ -217,6 +358,10 @@ void max_pool_2x2(const T* ip, T* op, int64_t* xp, int64_t W, int64_t oH, int64_
 
 void max_pool_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& idx, const PoolGeom& g,
                              const PoolParams& p) {
+  if (use_index_path(x)) {
+    max_pool_forward_index(x, out, idx, g, p);
+    return;
+  }
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
@@ -270,6 +415,7 @@ void max_pool_forward_kernel(const Tensor& x, const Tensor& out, const Tensor& i
 
 // gx (planes of H*W) = scatter-add of gy at idx. gy, idx contiguous with planes of oH*oW.
 Tensor max_pool_scatter_raw(const Tensor& gy_in, const Tensor& idx, IntArrayRef in_sizes, int64_t H, int64_t W) {
+  if (use_index_path(gy_in)) return max_pool_scatter_index(gy_in, idx, in_sizes, H, W);
   Tensor gy = contiguous_raw(gy_in);
   Tensor gx = empty(in_sizes, gy.options());
   if (gx.numel() == 0) return gx;
@@ -305,6 +451,7 @@ Tensor max_pool_scatter_raw(const Tensor& gy_in, const Tensor& idx, IntArrayRef 
 
 // out (planes of L) = gx gathered at idx.
 Tensor max_pool_gather_raw(const Tensor& gx_in, const Tensor& idx, int64_t H, int64_t W) {
+  if (use_index_path(gx_in)) return max_pool_gather_index(gx_in, idx, H, W);
   Tensor gx = contiguous_raw(gx_in);
   Tensor out = empty(idx.sizes(), gx.options());
   if (out.numel() == 0) return out;
@@ -348,24 +495,9 @@ Tensor max_pool_gather(const Tensor& gx, const Tensor& idx, int64_t H, int64_t W
 
 // ---- avg pool kernels
 
-template <typename F>
-void avg_pool_windows(const PoolGeom& g, const PoolParams& p, bool count_include_pad,
-                      std::optional<int64_t> divisor_override, int64_t oh, int64_t ow, F&& f) {
-  int64_t ih0 = oh * p.sh - p.ph, iw0 = ow * p.sw - p.pw;
-  int64_t ih1 = std::min(ih0 + p.kh, g.H + p.ph), iw1 = std::min(iw0 + p.kw, g.W + p.pw);
-  const int64_t pool_size = (ih1 - ih0) * (iw1 - iw0);
-  ih0 = std::max<int64_t>(ih0, 0);
-  iw0 = std::max<int64_t>(iw0, 0);
-  ih1 = std::min(ih1, g.H);
-  iw1 = std::min(iw1, g.W);
-  int64_t divide = 0;
-  if (ih0 < ih1 && iw0 < iw1)
-    divide = divisor_override ? *divisor_override : (count_include_pad ? pool_size : (ih1 - ih0) * (iw1 - iw0));
-  f(ih0, ih1, iw0, iw1, divide);
-}
-
 Tensor avg_pool_forward_raw(const Tensor& x_in, const PoolGeom& g, const PoolParams& p, bool count_include_pad,
                             std::optional<int64_t> divisor_override) {
+  if (use_index_path(x_in)) return avg_pool_forward_index(x_in, g, p, count_include_pad, divisor_override);
   Tensor x = contiguous_raw(x_in);
   Tensor out = empty(g.out_sizes, x.options());
   if (out.numel() == 0) return out;
@@ -401,6 +533,8 @@ Tensor avg_pool_forward_raw(const Tensor& x_in, const PoolGeom& g, const PoolPar
 
 Tensor avg_pool_backward_raw(const Tensor& gy_in, IntArrayRef in_sizes, const PoolGeom& g, const PoolParams& p,
                              bool count_include_pad, std::optional<int64_t> divisor_override) {
+  if (use_index_path(gy_in))
+    return avg_pool_backward_index(gy_in, in_sizes, g, p, count_include_pad, divisor_override);
   Tensor gy = contiguous_raw(gy_in);
   Tensor gx = empty(in_sizes, gy.options());
   if (gx.numel() == 0) return gx;
@@ -507,5 +641,12 @@ Tensor avg_pool2d(const Tensor& input, IntArrayRef kernel_size, IntArrayRef stri
   if (divisor_override && *divisor_override == 0) throw std::invalid_argument(err(op, "divisor must be not zero"));
   return avg_pool_op(input, a);
 }
+
+namespace detail {
+bool& pool_index_path_on_cpu() {
+  static thread_local bool on = false;
+  return on;
+}
+}  // namespace detail
 
 }  // namespace troupe
