@@ -82,6 +82,11 @@ constexpr int64_t kLaneRunInlineUs = 200;
 // 10-11, same runs): 4 KB 0.105-0.108 ms on the lane against 0.120-0.139 by CAF, 64 KB 0.104-0.113 against
 // 0.197-0.214 (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = int64_t{1} << 20;
+// To a rank of another node the lane takes only messages with a tensor of at least kLaneRemoteBytes:
+// between two test hosts (network namespaces, Open MPI's tcp transport) CAF carried 4 KB - 1 MB in
+// 0.10-1.8 ms against the lane's 0.14-2.5 ms and raw MPI's 0.18-1.3 ms, while from 16 MB the lane
+// (11 ms, 36-44 ms at 64 MB) beat CAF (13-15 ms, 79-101 ms); 4 MB was even (3.7-5.1 against 4.2-4.3).
+constexpr int64_t kLaneRemoteBytes = int64_t{4} << 20;
 constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
@@ -690,6 +695,7 @@ class System {
     lane_inline_bytes_ = env_int("TROUPE_ACTOR_LANE_INLINE_BYTES", lane_->eager_bytes() - kLaneHeadRoom);
     lane_small_bytes_ = env_int("TROUPE_ACTOR_LANE_SMALL_BYTES", kLaneSmallBytes);
     lane_body_bytes_ = env_int("TROUPE_ACTOR_LANE_BODY_BYTES", kLaneBodyBytes);
+    lane_remote_bytes_ = env_int("TROUPE_ACTOR_LANE_REMOTE_BYTES", kLaneRemoteBytes);
     lane_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_SPIN_US", kLaneSpinUs));
     lane_max_nap_ = std::chrono::microseconds(
         std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
@@ -727,7 +733,7 @@ class System {
   void lane_call(const ActorRef& to, const caf::actor& h, uint64_t id, const std::string& method, List args,
                  const CallStatePtr& state) {
     const int dest = to.rank();
-    if (has_refs(args) || !lane_fits(args)) {
+    if (has_refs(args) || !lane_fits(args, dest)) {
       check_encodable(args);  // a Call CAF fails to serialise would leave a hole in the sequence
       caf::actor router;
       {
@@ -777,7 +783,7 @@ class System {
 
   /// Answers request `id` of rank `dest`, which came on the lane.
   void lane_reply(int dest, uint64_t id, bool ok, Value result, std::string error) {
-    if (ok && (has_refs(result) || !lane_fits(List{result}))) {
+    if (ok && (has_refs(result) || !lane_fits(List{result}, dest))) {
       caf::actor router;
       {
         std::lock_guard<std::mutex> g(mu_);
@@ -1137,9 +1143,12 @@ class System {
   };
 
   /// True when values take the lane (the others go by CAF; see kLaneSmallBytes).
-  bool lane_fits(const List& values) const {
+  bool lane_fits(const List& values, int dest) const {
     int64_t total = 0, largest = 0;
     for (const Value& v : values) weigh(v, total, largest);
+    // To another node, Open MPI's tcp transport is what the lane rides on, and CAF's own connection beat
+    // it below a few MB (kLaneRemoteBytes): only a message with a tensor that large takes the lane there.
+    if (!lane_->on_node(dest)) return largest >= lane_remote_bytes_;
     return total <= lane_small_bytes_ || largest >= lane_body_bytes_;
   }
 
@@ -1557,6 +1566,7 @@ class System {
   uint64_t poll_body_bytes_ = 0;  // bodies received by the poll under way (under lane_progress_mu_)
   int64_t lane_small_bytes_ = kLaneSmallBytes;
   int64_t lane_body_bytes_ = kLaneBodyBytes;
+  int64_t lane_remote_bytes_ = kLaneRemoteBytes;
   std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;

@@ -89,6 +89,8 @@ class MessageLane {
   /// True when every rank is on this node (every one rings the doorbell; else idle_wait's timeout is
   /// the latency for messages from other nodes).
   virtual bool all_on_node() const = 0;
+  /// True when `rank` shares this node with this process (MPI_COMM_TYPE_SHARED); this process is.
+  virtual bool on_node(int rank) const = 0;
 };
 
 /// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).

@@ -145,7 +145,9 @@ bool single_copy_by_reader(const MpiTSession& t) {
 
 class MpiLane final : public MessageLane {
  public:
-  MpiLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size), bells_(size, nullptr) {
+  MpiLane(MPI_Comm comm, int rank, int size)
+      : comm_(comm), rank_(rank), size_(size), bells_(size, nullptr), on_node_(size, 0) {
+    on_node_[rank] = 1;
     slots_.resize(kSlots);
     for (Slot& sl : slots_) {
       sl.buf.reset(new char[kSlotBytes]);
@@ -156,14 +158,20 @@ class MpiLane final : public MessageLane {
     if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
     int nsize = 0;
     MPI_Comm_size(node, &nsize);
-    void* base = nullptr;
-    if (MPI_Win_allocate_shared(sizeof(Doorbell), 1, MPI_INFO_NULL, node, &base, &win_) != MPI_SUCCESS) return;
     MPI_Group wg, ng;
     MPI_Comm_group(comm_, &wg);
     MPI_Comm_group(node, &ng);
     std::vector<int> nranks(nsize), wranks(nsize);
     for (int i = 0; i < nsize; ++i) nranks[i] = i;
     MPI_Group_translate_ranks(ng, nsize, nranks.data(), wg, wranks.data());
+    for (int i = 0; i < nsize; ++i)
+      if (wranks[i] >= 0 && wranks[i] < size_) on_node_[wranks[i]] = 1;
+    void* base = nullptr;
+    if (MPI_Win_allocate_shared(sizeof(Doorbell), 1, MPI_INFO_NULL, node, &base, &win_) != MPI_SUCCESS) {
+      MPI_Group_free(&wg);
+      MPI_Group_free(&ng);
+      return;
+    }
     for (int i = 0; i < nsize; ++i) {
       MPI_Aint sz = 0;
       int disp = 0;
@@ -357,6 +365,7 @@ class MpiLane final : public MessageLane {
   }
 
   bool all_on_node() const override { return all_on_node_; }
+  bool on_node(int rank) const override { return rank >= 0 && rank < size_ && on_node_[rank] != 0; }
   size_t peer_reads_under_way() const override { return reader_out_.load(std::memory_order_relaxed); }
   bool peer_reads(int dest) const override {
     return reader_copies_ && dest >= 0 && dest < size_ && dest != rank_ && bells_[dest] != nullptr;
@@ -621,6 +630,7 @@ class MpiLane final : public MessageLane {
   MPI_Win win_ = MPI_WIN_NULL;
   MPI_Comm node_ = MPI_COMM_NULL;
   bool all_on_node_ = false;
+  std::vector<char> on_node_;  // per world rank: shares this node (MPI_COMM_TYPE_SHARED)
   std::mutex send_mu_;
   std::vector<Out> out_;  // posted, not yet complete
   std::vector<MPI_Request> reqs_;  // test_sends_locked's scratch

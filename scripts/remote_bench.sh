@@ -5,7 +5,9 @@
 # ratios: PyTorch round trip / troupe round trip on the lane (target >= 10; CAF's path beside it), PyTorch train step / troupe train step
 # (target >= 3), and the transfers against raw MPI twice: with vader's single copy off (as every mpirun
 # here) and with Open MPI's default (CMA). With --append the output is also appended to bench/results.txt.
-#   bash scripts/remote_bench.sh [--append] [--quick]
+# --hosts: the transfers alone, between two test hosts (network namespaces joined by veth pairs and a
+# bridge, tests/multihost/hosts.sh; Open MPI's tcp transport between them), as the issue states them.
+#   bash scripts/remote_bench.sh [--append] [--quick] [--hosts]
 set -euo pipefail
 export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the bench times the lane (the default) beside CAF
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,9 +16,11 @@ append=0
 args=()
 targs=()  # the same but --only: the second transfer pass's, and remote_torch.py's (which has no --only)
 cma=1     # that pass runs unless --only names another case
+hosts=0
 for a in "$@"; do
   case "$a" in
     --append) append=1 ;;
+    --hosts) hosts=1 ;;
     --only=*) args+=("$a"); [[ "$a" == --only=transfer ]] || cma=0 ;;
     *) args+=("$a"); targs+=("$a") ;;
   esac
@@ -33,6 +37,31 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 python=/usr/bin/python3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+
+if [[ $hosts == 1 ]]; then
+  # shellcheck source=../tests/multihost/hosts.sh
+  source tests/multihost/hosts.sh
+  why=$(mh_why_not)
+  if [[ -n "$why" ]]; then
+    echo "remote_bench --hosts: no test hosts here: $why" >&2
+    exit 77
+  fi
+  exec 9>/tmp/troupe-multihost.lock  # one multi-host run at a time (ctest's cases take it too)
+  flock 9
+  trap 'mh_down; rm -f "$out"' EXIT
+  mh_up 2
+  {
+    echo "## remote_bench transfers between 2 test hosts (tcp over veth)  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+    echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus; uptime:$(uptime | sed 's/.*load average/ load average/')"
+    mh_mpirun 2 1 -np 2 -x TROUPE_ACTOR_LANE "$PWD/$build/bench/remote_bench" --only=transfer "${targs[@]+"${targs[@]}"}" 2>&1 |
+      grep -v '^\[troupe\] rank'
+    echo "uptime at end:$(uptime | sed 's/.*load average/ load average/')"
+  } | tee "$out"
+  if [[ $append -eq 1 ]]; then
+    { echo; cat "$out"; } >>bench/results.txt
+  fi
+  exit 0
+fi
 
 {
   echo "## remote_bench (mpirun -np 2) and remote_torch.py  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  git $(git rev-parse --short HEAD 2>/dev/null || echo none)"

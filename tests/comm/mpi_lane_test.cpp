@@ -12,9 +12,11 @@
 #include "mpi_world.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -285,6 +287,29 @@ TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
     EXPECT_TRUE(equal(lane->recv_body(0, kInt64, {3}, 10000ms), full({3}, 2, TensorOptions().dtype(kInt64))));
   }
   pg->barrier();
+}
+
+// on_node(r) is true exactly for the ranks on this host (the same host name; the multihost ctests give
+// each test host a name of its own), which actors/ uses to route messages to other hosts through CAF.
+TEST(MpiMessageLane, OnNodeIsTrueForTheRanksOfThisHost) {
+  LANE_SETUP(pg, lane);
+  char name[64] = {};
+  gethostname(name, sizeof name - 1);
+  Tensor mine = zeros({64}, TensorOptions().dtype(kUInt8));
+  std::memcpy(mine.data_ptr(), name, std::strlen(name));
+  std::vector<Tensor> all;
+  for (int r = 0; r < pg->size(); ++r) all.push_back(zeros({64}, TensorOptions().dtype(kUInt8)));
+  pg->all_gather(all, mine);
+  auto host_of = [&](int r) { return std::string(static_cast<const char*>(all[r].data_ptr())); };
+  bool everyone_here = true;
+  for (int r = 0; r < pg->size(); ++r) {
+    const bool same = host_of(r) == host_of(pg->rank());
+    everyone_here = everyone_here && same;
+    EXPECT_EQ(lane->on_node(r), same) << "rank " << r << " on " << host_of(r) << ", this rank on " << host_of(pg->rank());
+  }
+  EXPECT_EQ(lane->all_on_node(), everyone_here);
+  EXPECT_FALSE(lane->on_node(-1));
+  EXPECT_FALSE(lane->on_node(pg->size()));
 }
 
 // The lane's eager limit is Open MPI's less 64 bytes for MPI's header: on one node its shared-memory
