@@ -695,26 +695,26 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
   return close;
 }
 
-bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
-  Tensor c = isclose(a, b, rtol, atol, equal_nan);
-  if (!c.is_cpu()) c = c.cpu();  // the answer is read on the host
+namespace {
+// Whether every element of the bool tensor c is true, read on the host (a CUDA c is copied over first).
+bool all_true_on_host(Tensor c) {
+  if (!c.is_cpu()) c = c.cpu();
   c = c.contiguous();
   const bool* p = c.data_ptr<bool>();
   for (int64_t i = 0; i < c.numel(); ++i)
     if (!p[i]) return false;
   return true;
 }
+}  // namespace
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  return all_true_on_host(isclose(a, b, rtol, atol, equal_nan));
+}
 
 bool equal(const Tensor& a, const Tensor& b) {
   if (!a.sizes().equals(b.sizes())) return false;
   NoGradGuard ng;
-  Tensor c = eq(a, b);
-  if (!c.is_cpu()) c = c.cpu();  // the answer is read on the host
-  c = c.contiguous();
-  const bool* p = c.data_ptr<bool>();
-  for (int64_t i = 0; i < c.numel(); ++i)
-    if (!p[i]) return false;
-  return true;
+  return all_true_on_host(eq(a, b));
 }
 
 // ---------------------------------------------------------------- in-place forms

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <string>
@@ -12,6 +13,7 @@
 #include "tensor/autograd.h"
 #include "tensor/gradcheck.h"
 #include "tensor/ops.h"
+#include "tensor/pool_detail.h"
 
 using namespace troupe;
 using troupe::testing::Fixtures;
@@ -381,7 +383,16 @@ TEST(Conv2d, Errors) {
 
 // ---------------------------------------------------------------- pooling vs PyTorch
 
-TEST(Pool2d, MaxPoolFixtures) {
+namespace {
+
+// The pooling fixtures, checked on the CPU loops and on the index-op path of devices without pooling
+// kernels (tensor/pool_detail.h's switch sends CPU tensors there).
+struct IndexPath {
+  IndexPath() { detail::pool_index_path_on_cpu() = true; }
+  ~IndexPath() { detail::pool_index_path_on_cpu() = false; }
+};
+
+void check_max_pool_fixtures() {
   auto fx = Fixtures::load("conv2d.txt");
   for (int i = 0; i <= 3; ++i) {
     const std::string c = "maxpool" + std::to_string(i);
@@ -398,7 +409,7 @@ TEST(Pool2d, MaxPoolFixtures) {
   }
 }
 
-TEST(Pool2d, AvgPoolFixtures) {
+void check_avg_pool_fixtures() {
   auto fx = Fixtures::load("conv2d.txt");
   for (int i = 0; i <= 5; ++i) {
     const std::string c = "avgpool" + std::to_string(i);
@@ -411,6 +422,27 @@ TEST(Pool2d, AvgPoolFixtures) {
     (out * fx.get(c + "_w")).sum().backward();
     EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-12, 1e-12, true));
   }
+}
+
+using PoolFn = std::function<autograd::variable_list(const autograd::variable_list&)>;
+
+// First and second derivatives of max and avg pooling by finite differences.
+void check_pool_gradients(const Tensor& x, const PoolFn& mp, const PoolFn& ap) {
+  EXPECT_TRUE(autograd::gradcheck(mp, {x}));
+  EXPECT_TRUE(autograd::gradgradcheck(mp, {x}));
+  EXPECT_TRUE(autograd::gradcheck(ap, {x}));
+  EXPECT_TRUE(autograd::gradgradcheck(ap, {x}));
+}
+
+}  // namespace
+
+TEST(Pool2d, MaxPoolFixtures) { check_max_pool_fixtures(); }
+TEST(Pool2d, AvgPoolFixtures) { check_avg_pool_fixtures(); }
+
+TEST(PoolIndexPath, PyTorchFixtures) {
+  IndexPath on;
+  check_max_pool_fixtures();
+  check_avg_pool_fixtures();
 }
 
 TEST(Pool2d, CeilModeRuleDivisorOverrideAndInts) {
@@ -509,10 +541,22 @@ TEST(Pool2d, GradcheckAndDoubleBackward) {
   auto ap = [](const autograd::variable_list& in) {
     return autograd::variable_list{avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 0}, true, false)};
   };
-  EXPECT_TRUE(autograd::gradcheck(mp, {x}));
-  EXPECT_TRUE(autograd::gradgradcheck(mp, {x}));
-  EXPECT_TRUE(autograd::gradcheck(ap, {x}));
-  EXPECT_TRUE(autograd::gradgradcheck(ap, {x}));
+  check_pool_gradients(x, mp, ap);
+}
+
+TEST(PoolIndexPath, GradcheckAndDoubleBackward) {
+  IndexPath on;
+  manual_seed(21);
+  // distinct values, so that the maximum is not at a tie under the finite differences
+  Tensor x = add(randperm(2 * 3 * 7 * 6).to(kFloat64).view({2, 3, 7, 6}), 0.0).mul(0.37).requires_grad_();
+  check_pool_gradients(
+      x,
+      [](const autograd::variable_list& in) {
+        return autograd::variable_list{max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, {1, 2}, true)};
+      },
+      [](const autograd::variable_list& in) {
+        return autograd::variable_list{avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, true, false)};
+      });
 }
 
 TEST(Pool2d, Errors) {

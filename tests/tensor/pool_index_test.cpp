@@ -1,6 +1,7 @@
 // Pooling through index ops (tensor/pool.cpp), the path of devices without pooling kernels (CUDA): turned
 // on for CPU tensors by the test switch, it must give what the CPU loops give (values, indices, first and
-// second derivatives) and what PyTorch gives (the pooling fixtures), so it is checked without a GPU.
+// second derivatives) and what PyTorch gives, so it is checked without a GPU. The fixtures and the
+// finite-difference checks on this path are in conv_test.cpp (PoolIndexPath.*), beside the CPU loops' own.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,14 +9,12 @@
 #include <tuple>
 #include <vector>
 
-#include "common/fixtures.h"
+#include "common/fixtures.h"  // tensors_close
 #include "tensor/autograd.h"
-#include "tensor/gradcheck.h"
 #include "tensor/ops.h"
 #include "tensor/pool_detail.h"
 
 using namespace troupe;
-using troupe::testing::Fixtures;
 using troupe::testing::tensors_close;
 
 namespace {
@@ -106,49 +105,6 @@ TEST(PoolIndexPath, AvgPoolMatchesTheCpuLoops) {
       }
     }
   }
-}
-
-TEST(PoolIndexPath, PyTorchFixtures) {
-  IndexPath on;
-  auto fx = Fixtures::load("conv2d.txt");
-  for (int i = 0; i <= 3; ++i) {
-    const std::string c = "maxpool" + std::to_string(i);
-    SCOPED_TRACE(c);
-    auto p = fx.ints(c + "_params");  // kh, kw, sh, sw, ph, pw, ceil_mode
-    Tensor x = fx.get(c + "_input").requires_grad_();
-    auto [out, idx] = max_pool2d_with_indices(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, 1, p[6] != 0);
-    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 0, 0, true));
-    EXPECT_TRUE(tensors_close(idx, fx.get(c + "_indices"), 0, 0, true));
-    (out * fx.get(c + "_w")).sum().backward();
-    EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-12, 1e-12, true));
-  }
-  for (int i = 0; i <= 5; ++i) {
-    const std::string c = "avgpool" + std::to_string(i);
-    SCOPED_TRACE(c);
-    auto p = fx.ints(c + "_params");  // kh, kw, sh, sw, ph, pw, ceil_mode, count_include_pad
-    Tensor x = fx.get(c + "_input").requires_grad_();
-    Tensor out = avg_pool2d(x, {p[0], p[1]}, {p[2], p[3]}, {p[4], p[5]}, p[6] != 0, p[7] != 0);
-    EXPECT_TRUE(tensors_close(out, fx.get(c + "_out"), 1e-12, 1e-12, true));
-    (out * fx.get(c + "_w")).sum().backward();
-    EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-12, 1e-12, true));
-  }
-}
-
-TEST(PoolIndexPath, GradcheckAndDoubleBackward) {
-  IndexPath on;
-  manual_seed(21);
-  // distinct values, so that the maximum is not at a tie under the finite differences
-  Tensor x = add(randperm(2 * 3 * 7 * 6).to(kFloat64).view({2, 3, 7, 6}), 0.0).mul(0.37).requires_grad_();
-  auto maxf = [](const autograd::variable_list& in) {
-    return autograd::variable_list{max_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, {1, 2}, true)};
-  };
-  auto avgf = [](const autograd::variable_list& in) {
-    return autograd::variable_list{avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, true, false)};
-  };
-  EXPECT_TRUE(autograd::gradcheck(maxf, {x}));
-  EXPECT_TRUE(autograd::gradgradcheck(maxf, {x}));
-  EXPECT_TRUE(autograd::gradcheck(avgf, {x}));
-  EXPECT_TRUE(autograd::gradgradcheck(avgf, {x}));
 }
 
 TEST(PoolIndexPath, IntegerAvgPoolingIsRefusedThere) {
