@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -322,6 +323,34 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   ctx.world->barrier();
   probe.stop();
   plain.stop();
+  back.stop();
+  ctx.world->barrier();
+}
+
+// To a rank on another host a small request goes by CAF's connection, not the lane (System::lane_fits):
+// the probe's handler never runs on the lane thread there, while on one host, or with
+// TROUPE_ACTOR_LANE_REMOTE_BYTES=0 (everything on the lane, the multihost case's second pass), it does
+// (when the lane runs handlers inline at all: not under TROUPE_ACTOR_LANE=caf or _RUN_INLINE_US=0).
+TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
+  MPI_ONLY();
+  const int peer = (ctx.rank + 1) % ctx.size;
+  char name[64] = {};
+  gethostname(name, sizeof name - 1);
+  Tensor mine = zeros({64}, TensorOptions().dtype(kUInt8));
+  std::memcpy(mine.data_ptr(), name, std::strlen(name));
+  std::vector<Tensor> all;
+  for (int r = 0; r < ctx.size; ++r) all.push_back(zeros({64}, TensorOptions().dtype(kUInt8)));
+  ctx.world->all_gather(all, mine);
+  const bool same_host = std::string(static_cast<const char*>(all[peer].data_ptr())) == name;
+  const char* v = std::getenv("TROUPE_ACTOR_LANE_REMOTE_BYTES");
+  const bool on_lane = lane_runs_inline() && (same_host || (v && std::atoll(v) == 0));
+  const std::string r = std::to_string(ctx.rank);
+  ActorRef back = rt.spawn_on(ctx.rank, "rtback" + r, "Counter", 0);
+  ActorRef probe = rt.spawn_on(peer, "rt" + r, "LaneProbe", true, back);
+  if (on_lane) EXPECT_GE(on_lane_count(probe, 20), 15) << "peer on " << (same_host ? "this host" : "another host");
+  else EXPECT_EQ(on_lane_count(probe, 20), 0) << "peer on " << (same_host ? "this host" : "another host");
+  ctx.world->barrier();
+  probe.stop();
   back.stop();
   ctx.world->barrier();
 }
