@@ -6,7 +6,8 @@
 #   ddp_digits EXE          2 hosts x 1 rank against mpirun -np 2 on one host: the same epoch lines
 #   zero PARALLEL_TESTS     2 hosts x 2 ranks: the DdpMpi* and ZeroMpi* suites (DDP, ZeRO 1-3, FSDP)
 #   comm COMM_TESTS         3 hosts x 1 rank: the Mpi* collective suites
-#   actors ACTORS_MPI_TESTS 3 hosts x 1 rank: the actor suites across real connections
+#   actors ACTORS_MPI_TESTS 3 hosts x 1 rank: the actor suites across real connections, twice: as configured
+#                           (small messages to other hosts by CAF) and with everything on the MPI lane
 #   dqn EXE                 2 hosts x 2 ranks: dqn_cartpole reaches its target with a collector killed
 #   cut_collective PROBE    3 hosts: host 2's cable pulled during all-reduces: ranks 0 and 1 fail within the
 #                           group's timeout naming rank 2; nothing hangs
