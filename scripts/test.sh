@@ -117,12 +117,14 @@ elif [[ $sanitize == 1 ]]; then
   # from troupe's (nor matched by tests/lsan.supp)
   status=0
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "$label_regex" -E "mpi" "${ctest_extra[@]}" || status=$?
-  # --repeat until-pass:2 on the mpirun entries only: under ASan at load 6-11 they failed 4 passes in 5 on
+  # --repeat until-pass:3 on the mpirun entries only: under ASan at load 6-11 they failed 4 passes in 5 on
   # CAF's side (an LSan report of ~5 KB in CAF's BASP broker teardown, 2 runs in 22; a start-up connect
-  # past CAF's timeout; docs/architecture.md, "Sanitizers"); a test failing twice still fails the pass
+  # past CAF's timeout; docs/architecture.md, "Sanitizers"); actors_mpi_supervision_np3 showed the BASP
+  # report in 1 run of 6 beside a build, twice in a row in one CI rehearsal (2026-11-28), hence three
+  # tries; a test failing three times still fails the pass
   ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
     ctest --test-dir "$build" --output-on-failure -L "$label_regex" -R "mpi" --no-tests=ignore \
-    --repeat until-pass:2 "${ctest_extra[@]}" || status=$?
+    --repeat until-pass:3 "${ctest_extra[@]}" || status=$?
   exit $status
 else
   build="build"
