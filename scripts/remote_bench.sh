@@ -32,7 +32,7 @@ gen=()
 [[ -f "$build/CMakeCache.txt" ]] || gen=(-G Ninja)
 cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_BUILD_BENCH=ON -DTROUPE_BUILD_TESTS=OFF \
   -DTROUPE_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$build" -j 2 --target remote_bench >/dev/null
+cmake --build "$build" -j 2 --target remote_bench $([[ " $* " == *" --hosts "* ]] && echo mpi_pingpong) >/dev/null
 
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 python=/usr/bin/python3
@@ -54,12 +54,16 @@ if [[ $hosts == 1 ]]; then
   {
     echo "## remote_bench transfers between 2 test hosts (tcp over veth)  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
     echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus; uptime:$(uptime | sed 's/.*load average/ load average/')"
+    echo "# a bare MPI ping-pong (bench/mpi_pingpong, nothing of troupe): Open MPI's default, then mpi_yield_when_idle=1"
+    mh_mpirun 2 1 -np 2 "$PWD/$build/bench/mpi_pingpong" 4096 65536 1048576 2>&1 | grep '^pingpong  [0-9]' | sed 's/$/   default/'
+    mh_mpirun 2 1 -np 2 --mca mpi_yield_when_idle 1 "$PWD/$build/bench/mpi_pingpong" 4096 65536 1048576 2>&1 |
+      grep '^pingpong  [0-9]' | sed 's/$/   yield_when_idle/'
     echo "# Open MPI's default: a process waiting in MPI spins"
     mh_mpirun 2 1 -np 2 -x TROUPE_ACTOR_LANE "$PWD/$build/bench/remote_bench" --only=transfer "${targs[@]+"${targs[@]}"}" 2>&1 |
       grep -v '^\[troupe\] rank'
     # The test hosts share this machine's cores (mpirun cannot see that: one slot on each "host").
     # There, processes spinning in Open MPI's tcp transport deliver slowly: a bare 4 KB MPI ping-pong
-    # between the two test hosts took 8 ms a round trip with the default, 0.02-0.04 ms with
+    # between the two test hosts (mpi_pingpong above) took 8 ms a round trip with the default, 0.02-0.04 ms with
     # mpi_yield_when_idle=1 (2026-11-28; the kernel's softirq thread did not run in either, so the
     # cause was not pinned down). It is Open MPI's setting for more work than cores, which mpirun
     # picks itself when it knows; this pass runs both sides with it.
