@@ -83,10 +83,13 @@ constexpr int64_t kLaneRunInlineUs = 200;
 // 0.197-0.214 (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = int64_t{1} << 20;
 // To a rank of another node the lane takes only messages with a tensor of at least kLaneRemoteBytes:
-// between two test hosts (network namespaces, Open MPI's tcp transport) CAF carried 4 KB - 1 MB in
-// 0.10-1.8 ms against the lane's 0.14-2.5 ms and raw MPI's 0.18-1.3 ms, while from 16 MB the lane
-// (11 ms, 36-44 ms at 64 MB) beat CAF (13-15 ms, 79-101 ms); 4 MB was even (3.7-5.1 against 4.2-4.3).
-constexpr int64_t kLaneRemoteBytes = int64_t{4} << 20;
+// between two test hosts (network namespaces, Open MPI's tcp transport) CAF carried 4 KB - 64 KB in
+// 0.08-0.17 ms against the lane's 0.11-0.45 ms, while from 16 MB the lane (11-16 ms, 50-57 ms at 64 MB)
+// beat CAF (19-23 ms, 94-105 ms). 1 MB: 4 MB until 2026-11-28, when runs with mpi_yield_when_idle=1 (raw
+// MPI at its best there; scripts/remote_bench.sh --hosts) had a 1 MB request at 1.22-1.24 ms on the
+// lane against 1.71-1.80 by CAF and the data plane, a 1 MB stream 0.93-0.96 against 1.36-1.39 ms a
+// transfer, and Open MPI's default even (1.87-2.52 against 1.87-2.55 ms).
+constexpr int64_t kLaneRemoteBytes = int64_t{1} << 20;
 constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);

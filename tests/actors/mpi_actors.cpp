@@ -54,6 +54,7 @@ struct LaneProbe : Actor {
       allow_inline_requests();
     }
     handle("where", [] { return troupe::actors::detail::on_lane_thread(); });
+    handle("where_with", [](Tensor) { return troupe::actors::detail::on_lane_thread(); });
     handle("append_where", [this](int64_t k) {
       seen.push_back(k);
       return troupe::actors::detail::on_lane_thread();
@@ -327,10 +328,11 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   ctx.world->barrier();
 }
 
-// To a rank on another host a small request goes by CAF's connection, not the lane (System::lane_fits):
-// the probe's handler never runs on the lane thread there, while on one host, or with
+// To a rank on another host a small request goes by CAF's connection, not the lane (System::lane_fits),
+// and so does one with a 512 KB tensor; one with a 1 MB tensor takes the lane: the probe's handler
+// runs on the lane thread for those alone there, while on one host, or with
 // TROUPE_ACTOR_LANE_REMOTE_BYTES=0 (everything on the lane, the multihost case's second pass), it does
-// (when the lane runs handlers inline at all: not under TROUPE_ACTOR_LANE=caf or _RUN_INLINE_US=0).
+// for all (when the lane runs handlers inline at all: not under TROUPE_ACTOR_LANE=caf or _RUN_INLINE_US=0).
 TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
   MPI_ONLY();
   const int peer = (ctx.rank + 1) % ctx.size;
@@ -347,8 +349,19 @@ TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
   const std::string r = std::to_string(ctx.rank);
   ActorRef back = rt.spawn_on(ctx.rank, "rtback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "rt" + r, "LaneProbe", true, back);
-  if (on_lane) EXPECT_GE(on_lane_count(probe, 20), 15) << "peer on " << (same_host ? "this host" : "another host");
-  else EXPECT_EQ(on_lane_count(probe, 20), 0) << "peer on " << (same_host ? "this host" : "another host");
+  const std::string where = same_host ? "peer on this host" : "peer on another host";
+  if (on_lane) EXPECT_GE(on_lane_count(probe, 20), 15) << where;
+  else EXPECT_EQ(on_lane_count(probe, 20), 0) << where;
+  auto with = [&](int64_t bytes) {
+    const Tensor t = randn({bytes / 4});
+    int k = 0;
+    for (int i = 0; i < 10; ++i) k += probe.request<bool>("where_with", t).get() ? 1 : 0;
+    return k;
+  };
+  if (on_lane) EXPECT_GE(with(512 << 10), 7) << where << ", 512 KB";
+  else EXPECT_EQ(with(512 << 10), 0) << where << ", 512 KB";
+  if (lane_runs_inline()) EXPECT_GE(with(1 << 20), 7) << where << ", 1 MB";
+  else EXPECT_EQ(with(1 << 20), 0) << where << ", 1 MB";
   ctx.world->barrier();
   probe.stop();
   back.stop();

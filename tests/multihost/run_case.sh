@@ -120,7 +120,7 @@ case "$case_name" in
     ;;
   actors)
     mh_up 3
-    # Twice: as configured (between hosts only messages with a tensor of 4 MB or more take the lane, the
+    # Twice: as configured (between hosts only messages with a tensor of 1 MB or more take the lane, the
     # rest CAF's connections; the MpiLane suite, which counts Calls on the lane, is left out), then with
     # every message on the lane (TROUPE_ACTOR_LANE_REMOTE_BYTES=0), every suite.
     run_mh 600 3 1 -np 3 "$prog" --gtest_filter=-MpiLane.* || fail "mpirun failed (as configured)"
