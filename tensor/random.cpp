@@ -216,6 +216,7 @@ void dtype_int_range(ScalarType t, int64_t& lo, int64_t& hi) {
     case kFloat32: lo = -(int64_t(1) << 24); hi = int64_t(1) << 24; return;
     case kFloat64: lo = -(int64_t(1) << 53); hi = int64_t(1) << 53; return;
   }
+  throw std::invalid_argument("[random] no integer range for dtype code " + std::to_string(static_cast<int>(t)));
 }
 
 void check_from_to(ScalarType dt, int64_t from, int64_t to, const char* op) {

@@ -50,7 +50,9 @@ void expect_same(const Value& a, const Value& b) {
     if (!x.defined()) return;
     EXPECT_EQ(x.dtype(), y.dtype());
     EXPECT_EQ(x.sizes().vec(), y.sizes().vec());
-    if (x.numel()) EXPECT_TRUE(equal(x, y));
+    if (x.numel()) {
+      EXPECT_TRUE(equal(x, y));
+    }
   } else if (a.is<List>()) {
     ASSERT_EQ(a.as<List>().size(), b.as<List>().size());
     for (size_t i = 0; i < a.as<List>().size(); ++i) expect_same(a.as<List>()[i], b.as<List>()[i]);

@@ -308,7 +308,7 @@ TEST(DataLoader, StateDictResumesTheShuffleSequence) {
                                       {"[DataLoader::load_state_dict] 'generator_state': "});
   bad.insert("epoch", zeros({1}));
   expect_error<std::invalid_argument>([&] { b.load_state_dict(bad); }, {"unexpected key 'epoch'"});
-  expect_error<std::invalid_argument>([&] { b.load_state_dict({}); }, {"missing key 'generator_state'"});
+  expect_error<std::invalid_argument>([&] { b.load_state_dict(troupe::OrderedDict<std::string, Tensor>()); }, {"missing key 'generator_state'"});
 }
 
 TEST(DataLoader, Errors) {

@@ -53,7 +53,9 @@ void expect_deep_copy(nn::Module& orig, nn::Module& copy, const std::string& wha
     EXPECT_EQ(x.dtype(), y.dtype());
     EXPECT_TRUE(equal(x, y));
     EXPECT_EQ(x.requires_grad(), y.requires_grad());
-    if (x.numel() > 0) EXPECT_NE(x.data_ptr(), y.data_ptr());
+    if (x.numel() > 0) {
+      EXPECT_NE(x.data_ptr(), y.data_ptr());
+    }
     snapshot.push_back(x.clone());
   }
   // writing the copy leaves the original alone, and the other way round

@@ -223,8 +223,11 @@ TEST(ModulesNote, ApplyInitWeights) {
   EXPECT_EQ(printed[0], "Linear(in_features=2, out_features=2, bias=True)");
   EXPECT_EQ(printed[1], "Linear(in_features=2, out_features=2, bias=True)");
   EXPECT_EQ(printed[2], text("apply_seq_repr"));
-  for (const auto& [name, p] : net->named_parameters())
-    if (name.find("weight") != std::string::npos) EXPECT_TRUE(equal(p, ones({2, 2}))) << name;
+  for (const auto& [name, p] : net->named_parameters()) {
+    if (name.find("weight") != std::string::npos) {
+      EXPECT_TRUE(equal(p, ones({2, 2}))) << name;
+    }
+  }
 }
 
 TEST(ModulesNote, ModalModuleTrainAndEval) {

@@ -79,8 +79,8 @@ TEST(Safetensors, ReferenceCrateTestVectors) {
   EXPECT_EQ(nn::serialize_safetensors(sd2),
             st_file(R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + std::string(7, ' '), data));
   // test_empty, with and without metadata
-  EXPECT_EQ(nn::serialize_safetensors({}), st_file("{}      "));
-  EXPECT_EQ(nn::serialize_safetensors({}, {{"framework", "pt"}}), st_file(R"({"__metadata__":{"framework":"pt"}})" "     "));
+  EXPECT_EQ(nn::serialize_safetensors(nn::StateDict()), st_file("{}      "));
+  EXPECT_EQ(nn::serialize_safetensors(nn::StateDict(), {{"framework", "pt"}}), st_file(R"({"__metadata__":{"framework":"pt"}})" "     "));
   EXPECT_TRUE(parse(st_file("{}      ")).empty());
 }
 
@@ -199,7 +199,7 @@ TEST(Safetensors, WriterRejectsWhatTheFormatCannotHold) {
   nn::StateDict undefined;
   undefined.insert("u", Tensor());
   expect_error<std::invalid_argument>([&] { nn::serialize_safetensors(undefined); }, {"tensor 'u' is undefined"});
-  expect_error<std::invalid_argument>([] { nn::serialize_safetensors({}, {{"k", "\xc0\x80"}}); },
+  expect_error<std::invalid_argument>([] { nn::serialize_safetensors(nn::StateDict(), {{"k", "\xc0\x80"}}); },
                                       {"metadata entry 'k' is not valid UTF-8"});
 }
 

@@ -204,14 +204,22 @@ TEST(SyncDataCollector, OverAParallelEnv) {
     EXPECT_EQ(b->batch_size(), (std::vector<int64_t>{6, 10}));
     auto ids = ints(b->get("collector.traj_ids"));
     auto done = ints(b->get("next.done"));
-    for (int64_t e = 0; e < 6; ++e)
-      for (int64_t t = 0; t + 1 < 10; ++t)
-        if (!done[e * 10 + t]) EXPECT_EQ(ids[e * 10 + t], ids[e * 10 + t + 1]) << e << " " << t;
+    for (int64_t e = 0; e < 6; ++e) {
+      for (int64_t t = 0; t + 1 < 10; ++t) {
+        if (!done[e * 10 + t]) {
+          EXPECT_EQ(ids[e * 10 + t], ids[e * 10 + t + 1]) << e << " " << t;
+        }
+      }
+    }
     // pushing right ends every episode within 10-20 steps: the reset observations are small
     Tensor obs = b->get("observation");
-    for (int64_t e = 0; e < 6; ++e)
-      for (int64_t t = 1; t < 10; ++t)
-        if (done[e * 10 + t - 1]) EXPECT_LE(obs.select(0, e).select(0, t).abs().max().item<float>(), 0.05f);
+    for (int64_t e = 0; e < 6; ++e) {
+      for (int64_t t = 1; t < 10; ++t) {
+        if (done[e * 10 + t - 1]) {
+          EXPECT_LE(obs.select(0, e).select(0, t).abs().max().item<float>(), 0.05f);
+        }
+      }
+    }
   }
   EXPECT_EQ(batches, 2);
   EXPECT_FALSE(c.take_episode_returns().empty());

@@ -550,7 +550,9 @@ TEST(Autograd, TargetsFirstSplitsMatmulsAndConvolutions) {
     });
     EXPECT_TRUE(ready);
     EXPECT_TRUE(equal(w2.grad(), w.grad()));
-    if (c.name == std::string("conv2d") || c.name == std::string("conv_transpose2d")) EXPECT_TRUE(equal(b2.grad(), b.grad()));
+    if (c.name == std::string("conv2d") || c.name == std::string("conv_transpose2d")) {
+      EXPECT_TRUE(equal(b2.grad(), b.grad()));
+    }
   }
 }
 

@@ -111,7 +111,9 @@ TEST(Conv2d, FixturesForwardAndGradients) {
     (out * fx.get(c + "_w")).sum().backward();
     EXPECT_TRUE(tensors_close(x.grad(), fx.get(c + "_ginput"), 1e-10, 1e-10, true));
     EXPECT_TRUE(tensors_close(w.grad(), fx.get(c + "_gweight"), 1e-10, 1e-10, true));
-    if (p[7]) EXPECT_TRUE(tensors_close(b.grad(), fx.get(c + "_gbias"), 1e-10, 1e-10, true));
+    if (p[7]) {
+      EXPECT_TRUE(tensors_close(b.grad(), fx.get(c + "_gbias"), 1e-10, 1e-10, true));
+    }
   }
 }
 

@@ -93,7 +93,9 @@ TEST(Elementwise, TypePromotionMatchesPyTorch) {
     Tensor b = zero_case ? ones({}, parse_dtype_name(rhs)) : ones({2}, parse_dtype_name(rhs));
     (zero_case ? n_zero : n_tensor)++;
     EXPECT_EQ(result_type(a, b), expected);
-    if (tensor_case) EXPECT_EQ(promote_types(a_dt, b.dtype()), expected);
+    if (tensor_case) {
+      EXPECT_EQ(promote_types(a_dt, b.dtype()), expected);
+    }
     // the ops produce that dtype
     EXPECT_EQ((a + b).dtype(), expected);
     EXPECT_EQ((a * b).dtype(), expected);
