@@ -32,7 +32,9 @@ gen=()
 [[ -f "$build/CMakeCache.txt" ]] || gen=(-G Ninja)
 cmake "${gen[@]}" -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTROUPE_BUILD_BENCH=ON -DTROUPE_BUILD_TESTS=OFF \
   -DTROUPE_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$build" -j 2 --target remote_bench $([[ " $* " == *" --hosts "* ]] && echo mpi_pingpong) >/dev/null
+targets=(remote_bench)
+[[ $hosts == 1 ]] && targets+=(mpi_pingpong)
+cmake --build "$build" -j 2 --target "${targets[@]}" >/dev/null
 
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 python=/usr/bin/python3
@@ -55,9 +57,12 @@ if [[ $hosts == 1 ]]; then
     echo "## remote_bench transfers between 2 test hosts (tcp over veth)  $(date -u '+%Y-%m-%d %H:%M:%S UTC')  git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
     echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus; uptime:$(uptime | sed 's/.*load average/ load average/')"
     echo "# a bare MPI ping-pong (bench/mpi_pingpong, nothing of troupe): Open MPI's default, then mpi_yield_when_idle=1"
-    mh_mpirun 2 1 -np 2 "$PWD/$build/bench/mpi_pingpong" 4096 65536 1048576 2>&1 | grep '^pingpong  [0-9]' | sed 's/$/   default/'
-    mh_mpirun 2 1 -np 2 --mca mpi_yield_when_idle 1 "$PWD/$build/bench/mpi_pingpong" 4096 65536 1048576 2>&1 |
-      grep '^pingpong  [0-9]' | sed 's/$/   yield_when_idle/'
+    for setting in default yield_when_idle; do
+      mca=()
+      [[ $setting == yield_when_idle ]] && mca=(--mca mpi_yield_when_idle 1)
+      mh_mpirun 2 1 -np 2 "${mca[@]+"${mca[@]}"}" "$PWD/$build/bench/mpi_pingpong" 4096 65536 1048576 2>&1 |
+        grep '^pingpong  [0-9]' | sed "s/\$/   $setting/"
+    done
     echo "# Open MPI's default: a process waiting in MPI spins"
     mh_mpirun 2 1 -np 2 -x TROUPE_ACTOR_LANE "$PWD/$build/bench/remote_bench" --only=transfer "${targs[@]+"${targs[@]}"}" 2>&1 |
       grep -v '^\[troupe\] rank'
