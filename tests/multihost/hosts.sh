@@ -79,6 +79,10 @@ mh_exec() {
 }
 
 # mh_mpirun HOSTS SLOTS MPIRUN-ARGS...: mpirun on host 0 over hosts 0..HOSTS-1 with SLOTS slots each.
+# --bind-to none: every test host sees all of this machine's cores, and Open MPI binds each host's first
+# rank to core 0, so with its default binding the ranks of all hosts shared one core (a 4 KB MPI
+# ping-pong between two hosts took 8 ms a round trip, 0.028 ms with mpi_yield_when_idle=1, 0.017 ms
+# unbound; 2026-11-28).
 mh_mpirun() {
   local hosts=$1 slots=$2 i
   shift 2
@@ -89,7 +93,7 @@ mh_mpirun() {
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     mh_exec 0 mpirun --allow-run-as-root --hostfile "$hostfile" \
     --mca plm_rsh_agent "$MH_DIR/ns_agent.sh" \
-    --mca oob_tcp_if_include eth0 --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 --mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --bind-to none \
     -x OMPI_MCA_btl_vader_single_copy_mechanism=none \
     "$@" || rc=$?
   rm -f "$hostfile"
