@@ -60,6 +60,12 @@ constexpr uint64_t kLanePollBodyBytes = uint64_t{1} << 20;
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
 constexpr int64_t kLaneSpinUs = 20;
 constexpr int64_t kLaneNapUs = 2000;
+// A rank of another node cannot ring the doorbell: a message from it waits for the end of a nap, and
+// waking a sleeping thread costs a wake-up on both sides (30-80 us each on this VM, against MPI's
+// spinning receive). So after a message to or from a rank of another node, the lane thread that polled
+// and a thread waiting for a reply keep polling for this long (TROUPE_ACTOR_LANE_REMOTE_SPIN_US; 0: as on
+// one node): a core of each side while such messages come, as MPI's own waits take.
+constexpr int64_t kLaneRemoteSpinUs = 1000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
 constexpr int64_t kLaneWaitSpinUs = 50;
@@ -82,14 +88,15 @@ constexpr int64_t kLaneRunInlineUs = 200;
 // 10-11, same runs): 4 KB 0.105-0.108 ms on the lane against 0.120-0.139 by CAF, 64 KB 0.104-0.113 against
 // 0.197-0.214 (TROUPE_ACTOR_LANE_SMALL_BYTES, TROUPE_ACTOR_LANE_BODY_BYTES).
 constexpr int64_t kLaneSmallBytes = int64_t{1} << 20;
-// To a rank of another node the lane takes only messages with a tensor of at least kLaneRemoteBytes:
-// between two test hosts (network namespaces, Open MPI's tcp transport) CAF carried 4 KB - 64 KB in
-// 0.08-0.17 ms against the lane's 0.11-0.45 ms, while from 16 MB the lane (11-16 ms, 50-57 ms at 64 MB)
-// beat CAF (19-23 ms, 94-105 ms). 1 MB: 4 MB until 2026-11-28, when runs with mpi_yield_when_idle=1 (raw
-// MPI at its best there; scripts/remote_bench.sh --hosts) had a 1 MB request at 1.22-1.24 ms on the
-// lane against 1.71-1.80 by CAF and the data plane, a 1 MB stream 0.93-0.96 against 1.36-1.39 ms a
-// transfer, and Open MPI's default even (1.87-2.52 against 1.87-2.55 ms).
-constexpr int64_t kLaneRemoteBytes = int64_t{1} << 20;
+// To a rank of another node messages take the lane by the same rule as on one node (kLaneSmallBytes)
+// unless TROUPE_ACTOR_LANE_REMOTE_BYTES=N is set: then only those with a tensor of N bytes or more (and
+// one-way messages that fit in one eager head) take it, the rest go by CAF's connection. Up to 2026-11-28
+// that was the default with N = 4 MB, then 1 MB: between two test hosts CAF had carried 4 KB - 64 KB
+// faster than the lane. Those runs had both hosts' ranks on one core (Open MPI bound each host's first
+// rank to core 0; tests/multihost/hosts.sh). Unbound, with the lane polling after traffic between nodes
+// (kLaneRemoteSpinUs), the lane took 0.055 ms for a 4 KB request against CAF's 0.32, 0.10 against 0.31
+// at 64 KB, 0.56 against 0.97 at 1 MB, 2.6 against 3.9 at 4 MB (scripts/remote_bench.sh --hosts).
+constexpr int64_t kLaneRemoteBytes = 0;
 constexpr int64_t kLaneBodyBytes = int64_t{1} << 20;
 // A body announced by a head must arrive within this (its sender posted it right after the head).
 constexpr auto kLaneBodyTimeout = std::chrono::seconds(30);
@@ -703,6 +710,7 @@ class System {
     lane_max_nap_ = std::chrono::microseconds(
         std::max<int64_t>(1, env_int("TROUPE_ACTOR_LANE_NAP_US", lane_->all_on_node() ? kLaneNapUs : 200)));
     lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
+    lane_remote_spin_ns_ = lane_->all_on_node() ? 0 : env_int("TROUPE_ACTOR_LANE_REMOTE_SPIN_US", kLaneRemoteSpinUs) * 1000;
     lane_run_inline_ns_ = env_int("TROUPE_ACTOR_LANE_RUN_INLINE_US", kLaneRunInlineUs) * 1000;
     if (const char* tp = std::getenv("TROUPE_ACTOR_LANE_TRACE"); tp && *tp && !g_lane_trace.on.load()) {
       g_lane_trace.hops.resize(LaneTrace::kLaneTraceMax);
@@ -762,6 +770,7 @@ class System {
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     if (state) state->set_inline(lane_waiter_, id);
     g_lane_trace.record(id, 0);
+    note_remote(dest);
     lane_->post(dest, std::move(head), std::move(bodies), /*awaited=*/id != 0);
     g_lane_trace.record(id, 5);
   }
@@ -819,6 +828,7 @@ class System {
     }
     try {
       g_lane_trace.record(id, 3);
+      note_remote(dest);
       if (auto lane = lane_) lane->post(dest, std::move(head), std::move(bodies));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[actors] the reply to rank %d's request could not be sent on the lane: %s\n", dest, e.what());
@@ -856,6 +866,18 @@ class System {
 
   /// Polls the lane once, handling at most 64 messages; true when one came. The caller holds
   /// lane_progress_mu_.
+  static int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  /// Records a message to or from `rank` when it is on another node (lane_remote_ns_).
+  void note_remote(int rank) {
+    if (lane_remote_spin_ns_ > 0 && !lane_->on_node(rank)) lane_remote_ns_.store(steady_ns(), std::memory_order_relaxed);
+  }
+  /// Whether a message went to or came from another node within lane_remote_spin_ns_.
+  bool remote_recent() const {
+    return lane_remote_spin_ns_ > 0 && steady_ns() - lane_remote_ns_.load(std::memory_order_relaxed) < lane_remote_spin_ns_;
+  }
+
   bool lane_poll_some() {
     bool got = false;
     poll_body_bytes_ = 0;
@@ -917,7 +939,7 @@ class System {
       if (now - t0 > lane_wait_spin_ && lane->peer_reads_under_way() > 0 && now - t_start < kLaneReaderWaitSpin) {
         t0 = now;
       }
-      if (now - t0 > lane_wait_spin_) return false;
+      if (now - t0 > lane_wait_spin_ && !remote_recent()) return false;
       cpu_relax();
     }
     return true;
@@ -1149,11 +1171,11 @@ class System {
   bool lane_fits(const List& values, int dest, bool one_way = false) const {
     int64_t total = 0, largest = 0;
     for (const Value& v : values) weigh(v, total, largest);
-    // To another node, Open MPI's tcp transport is what the lane rides on, and CAF's own connection beat
-    // it below a few MB (kLaneRemoteBytes) for requests: there only a message with a tensor that large
-    // takes the lane, and a one-way message that fits in one eager head (a stream of them: 7 us a 4 KB
-    // message on the lane against 12-24 us by CAF).
-    if (!lane_->on_node(dest)) return largest >= lane_remote_bytes_ || (one_way && total <= lane_inline_bytes_);
+    // To another node with TROUPE_ACTOR_LANE_REMOTE_BYTES=N set: only a message with a tensor of N bytes
+    // or more takes the lane, and a one-way message that fits in one eager head (see kLaneRemoteBytes).
+    if (lane_remote_bytes_ > 0 && !lane_->on_node(dest)) {
+      return largest >= lane_remote_bytes_ || (one_way && total <= lane_inline_bytes_);
+    }
     return total <= lane_small_bytes_ || largest >= lane_body_bytes_;
   }
 
@@ -1231,6 +1253,7 @@ class System {
       return;
     }
     g_lane_trace.record(lh.id, lh.kind == wire::LaneHead::kReply ? 4 : 1);
+    note_remote(src);
     List values;
     std::string err;
     size_t next = 0;
@@ -1291,10 +1314,11 @@ class System {
   /// meanwhile, and a ring wakes this thread anyway). `last`: when a message last came.
   void lane_turn(std::vector<LaneRun>* runs, std::chrono::steady_clock::time_point& last,
                  std::chrono::microseconds nap) {
-    bool got = false, busy = false;
+    bool got = false, busy = false, polled = false;
     {
       std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
       if (g.owns_lock()) {
+        polled = true;
         t_lane_runs = runs;
         got = lane_poll_some();
         t_lane_runs = nullptr;
@@ -1304,7 +1328,9 @@ class System {
     const auto now = std::chrono::steady_clock::now();
     if (got) {
       last = now;
-    } else if (busy || now - last < lane_spin_) {
+    } else if (busy || now - last < lane_spin_ || (polled && remote_recent())) {
+      // (A waiter that holds the poll lock polls meanwhile: this thread then sleeps, and the waiter's
+      // polling(false) wakes it when a message came.)
       cpu_relax();  // no sched_yield: see lane_wait
     } else {
       lane_->idle_wait(nap);
@@ -1573,6 +1599,10 @@ class System {
   int64_t lane_body_bytes_ = kLaneBodyBytes;
   int64_t lane_remote_bytes_ = kLaneRemoteBytes;
   std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
+  // kLaneRemoteSpinUs in ns (0 when every rank is on this node), and when (steady_clock ns) a message last
+  // went to or came from a rank of another node (note_remote).
+  int64_t lane_remote_spin_ns_ = 0;
+  std::atomic<int64_t> lane_remote_ns_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;
   std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)

@@ -328,12 +328,13 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   ctx.world->barrier();
 }
 
-// To a rank on another host a small request goes by CAF's connection, not the lane (System::lane_fits),
-// and so does one with a 512 KB tensor; one with a 1 MB tensor takes the lane: the probe's handler
-// runs on the lane thread for those alone there, while on one host, or with
-// TROUPE_ACTOR_LANE_REMOTE_BYTES=0 (everything on the lane, the multihost case's second pass), it does
-// for all (when the lane runs handlers inline at all: not under TROUPE_ACTOR_LANE=caf or _RUN_INLINE_US=0).
-TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
+// Which way a request goes (System::lane_fits): on one host, and by default to a rank on another host,
+// it takes the lane: the probe's handler runs on the lane thread (when the lane runs handlers inline at
+// all: not under TROUPE_ACTOR_LANE=caf or _RUN_INLINE_US=0). With TROUPE_ACTOR_LANE_REMOTE_BYTES=N (the
+// multihost case's second pass sets 1 MB), to another host only a request with a tensor of N bytes or
+// more takes it, the rest CAF's connection: there a small request and one with a 512 KB tensor never run
+// on the lane thread, one with a 1 MB tensor does.
+TEST(MpiRouting, RequestsToAnotherHostTakeTheLaneUnlessToldOtherwise) {
   MPI_ONLY();
   const int peer = (ctx.rank + 1) % ctx.size;
   char name[64] = {};
@@ -345,12 +346,14 @@ TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
   ctx.world->all_gather(all, mine);
   const bool same_host = std::string(static_cast<const char*>(all[peer].data_ptr())) == name;
   const char* v = std::getenv("TROUPE_ACTOR_LANE_REMOTE_BYTES");
-  const bool on_lane = lane_runs_inline() && (same_host || (v && std::atoll(v) == 0));
+  const int64_t remote_bytes = v ? std::atoll(v) : 0;
+  // Whether a request whose largest tensor has `bytes` runs on the peer's lane thread.
+  auto takes_lane = [&](int64_t bytes) { return lane_runs_inline() && (same_host || remote_bytes <= 0 || bytes >= remote_bytes); };
   const std::string r = std::to_string(ctx.rank);
   ActorRef back = rt.spawn_on(ctx.rank, "rtback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "rt" + r, "LaneProbe", true, back);
   const std::string where = same_host ? "peer on this host" : "peer on another host";
-  if (on_lane) EXPECT_GE(on_lane_count(probe, 20), 15) << where;
+  if (takes_lane(0)) EXPECT_GE(on_lane_count(probe, 20), 15) << where;
   else EXPECT_EQ(on_lane_count(probe, 20), 0) << where;
   auto with = [&](int64_t bytes) {
     const Tensor t = randn({bytes / 4});
@@ -358,10 +361,10 @@ TEST(MpiRouting, SmallRequestsToAnotherHostGoByCaf) {
     for (int i = 0; i < 10; ++i) k += probe.request<bool>("where_with", t).get() ? 1 : 0;
     return k;
   };
-  if (on_lane) EXPECT_GE(with(512 << 10), 7) << where << ", 512 KB";
-  else EXPECT_EQ(with(512 << 10), 0) << where << ", 512 KB";
-  if (lane_runs_inline()) EXPECT_GE(with(1 << 20), 7) << where << ", 1 MB";
-  else EXPECT_EQ(with(1 << 20), 0) << where << ", 1 MB";
+  for (int64_t bytes : {int64_t{512} << 10, int64_t{1} << 20}) {
+    if (takes_lane(bytes)) EXPECT_GE(with(bytes), 7) << where << ", " << bytes << " bytes";
+    else EXPECT_EQ(with(bytes), 0) << where << ", " << bytes << " bytes";
+  }
   ctx.world->barrier();
   probe.stop();
   back.stop();
