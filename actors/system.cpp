@@ -60,11 +60,17 @@ constexpr uint64_t kLanePollBodyBytes = uint64_t{1} << 20;
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
 constexpr int64_t kLaneSpinUs = 20;
 constexpr int64_t kLaneNapUs = 2000;
-// A rank of another node cannot ring the doorbell: a message from it waits for the end of a nap, and
-// waking a sleeping thread costs a wake-up on both sides (30-80 us each on this VM, against MPI's
-// spinning receive). So after a message to or from a rank of another node, the lane thread that polled
-// and a thread waiting for a reply keep polling for this long (TROUPE_ACTOR_LANE_REMOTE_SPIN_US; 0: as on
-// one node): a core of each side while such messages come, as MPI's own waits take.
+// A rank of another node cannot ring the doorbell: a message from it waits for the end of a nap (200 us),
+// and waking a sleeping thread on another core costs 30-80 us on this VM (a futex wake, median 43 us),
+// against MPI's receive, which spins. So after a message from a rank of another node the lane thread keeps
+// polling for this long while no waiter polls, and a thread waiting for a reply after a message to or
+// from one (TROUPE_ACTOR_LANE_REMOTE_SPIN_US; 0: as on one node): a core of each side while such
+// messages come, as MPI's own waits take. Between two test hosts (2026-11-28, 4 alternated runs each) a
+// 4 KB request went from 0.34 ms to 0.035, 64 KB from 0.13 to 0.10. Tried and dropped: the lane thread
+// polling after messages it sent as well (a third thread polling on 2 cores: 1% of 4 KB replies waited
+// 1 ms, a time slice), and a doorbell over UDP for ranks of other nodes (a datagram beside each message
+// after 10 us or 500 us without one; the lane thread then slept 2 ms at a time): 4 KB requests at 0.32
+// and 0.55 of raw MPI against 0.61 and 0.59 without it in the same alternated runs.
 constexpr int64_t kLaneRemoteSpinUs = 1000;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
 // sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
@@ -770,7 +776,7 @@ class System {
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     if (state) state->set_inline(lane_waiter_, id);
     g_lane_trace.record(id, 0);
-    note_remote(dest);
+    note_remote(dest, false);
     lane_->post(dest, std::move(head), std::move(bodies), /*awaited=*/id != 0);
     g_lane_trace.record(id, 5);
   }
@@ -828,7 +834,7 @@ class System {
     }
     try {
       g_lane_trace.record(id, 3);
-      note_remote(dest);
+      note_remote(dest, false);
       if (auto lane = lane_) lane->post(dest, std::move(head), std::move(bodies));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[actors] the reply to rank %d's request could not be sent on the lane: %s\n", dest, e.what());
@@ -869,13 +875,18 @@ class System {
   static int64_t steady_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
-  /// Records a message to or from `rank` when it is on another node (lane_remote_ns_).
-  void note_remote(int rank) {
-    if (lane_remote_spin_ns_ > 0 && !lane_->on_node(rank)) lane_remote_ns_.store(steady_ns(), std::memory_order_relaxed);
+  /// Records a message to (`incoming` false) or from `rank` when it is on another node.
+  void note_remote(int rank, bool incoming) {
+    if (lane_remote_spin_ns_ <= 0 || lane_->on_node(rank)) return;
+    const int64_t now = steady_ns();
+    lane_remote_ns_.store(now, std::memory_order_relaxed);
+    if (incoming) lane_remote_in_ns_.store(now, std::memory_order_relaxed);
   }
-  /// Whether a message went to or came from another node within lane_remote_spin_ns_.
-  bool remote_recent() const {
-    return lane_remote_spin_ns_ > 0 && steady_ns() - lane_remote_ns_.load(std::memory_order_relaxed) < lane_remote_spin_ns_;
+  /// Whether a message came from another node (`incoming`), or went to or came from one, within
+  /// lane_remote_spin_ns_.
+  bool remote_recent(bool incoming) const {
+    if (lane_remote_spin_ns_ <= 0) return false;
+    return steady_ns() - (incoming ? lane_remote_in_ns_ : lane_remote_ns_).load(std::memory_order_relaxed) < lane_remote_spin_ns_;
   }
 
   bool lane_poll_some() {
@@ -912,9 +923,16 @@ class System {
     if (!lane) return false;
     struct Polling {
       comm::MessageLane* l;
-      explicit Polling(comm::MessageLane* x) : l(x) { l->polling(true); }
-      ~Polling() { l->polling(false); }
-    } polling(lane.get());
+      std::atomic<int>& n;
+      Polling(comm::MessageLane* x, std::atomic<int>& waiters) : l(x), n(waiters) {
+        n.fetch_add(1, std::memory_order_relaxed);
+        l->polling(true);
+      }
+      ~Polling() {
+        l->polling(false);
+        n.fetch_sub(1, std::memory_order_relaxed);
+      }
+    } polling(lane.get(), lane_waiters_);
     while (!w.done()) {
       bool got = false;
       {
@@ -939,7 +957,7 @@ class System {
       if (now - t0 > lane_wait_spin_ && lane->peer_reads_under_way() > 0 && now - t_start < kLaneReaderWaitSpin) {
         t0 = now;
       }
-      if (now - t0 > lane_wait_spin_ && !remote_recent()) return false;
+      if (now - t0 > lane_wait_spin_ && !remote_recent(false)) return false;
       cpu_relax();
     }
     return true;
@@ -1253,7 +1271,7 @@ class System {
       return;
     }
     g_lane_trace.record(lh.id, lh.kind == wire::LaneHead::kReply ? 4 : 1);
-    note_remote(src);
+    note_remote(src, true);
     List values;
     std::string err;
     size_t next = 0;
@@ -1328,8 +1346,10 @@ class System {
     const auto now = std::chrono::steady_clock::now();
     if (got) {
       last = now;
-    } else if (busy || now - last < lane_spin_ || (polled && remote_recent())) {
-      // (A waiter that holds the poll lock polls meanwhile: this thread then sleeps, and the waiter's
+    } else if (busy || now - last < lane_spin_ ||
+               (polled && lane_waiters_.load(std::memory_order_relaxed) == 0 && remote_recent(true))) {
+      // (While a waiter polls, this thread sleeps: two threads of a process polling, and the peer's, took
+      // turns on 2 cores a time slice at a time, 1 ms for a 4 KB reply in 1% of requests. The waiter's
       // polling(false) wakes it when a message came.)
       cpu_relax();  // no sched_yield: see lane_wait
     } else {
@@ -1600,9 +1620,10 @@ class System {
   int64_t lane_remote_bytes_ = kLaneRemoteBytes;
   std::chrono::microseconds lane_spin_{kLaneSpinUs}, lane_max_nap_{kLaneNapUs}, lane_wait_spin_{kLaneWaitSpinUs};
   // kLaneRemoteSpinUs in ns (0 when every rank is on this node), and when (steady_clock ns) a message last
-  // went to or came from a rank of another node (note_remote).
+  // went to or came from a rank of another node, and came from one (note_remote).
   int64_t lane_remote_spin_ns_ = 0;
-  std::atomic<int64_t> lane_remote_ns_{0};
+  std::atomic<int64_t> lane_remote_ns_{0}, lane_remote_in_ns_{0};
+  std::atomic<int> lane_waiters_{0};  // threads in lane_wait
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;
   std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)
