@@ -6,8 +6,8 @@
 # (target >= 3), and the transfers against raw MPI twice: with vader's single copy off (as every mpirun
 # here) and with Open MPI's default (CMA). With --append the output is also appended to bench/results.txt.
 # --hosts: the transfers alone, between two test hosts (network namespaces joined by veth pairs and a
-# bridge, tests/multihost/hosts.sh; Open MPI's tcp transport between them), as the issue states them,
-# twice: with Open MPI's default (spinning waits) and with mpi_yield_when_idle=1 (see below).
+# bridge, tests/multihost/hosts.sh; Open MPI's tcp transport between them, ranks not bound to cores), as
+# the issue states them, twice: with Open MPI's default (spinning waits) and with mpi_yield_when_idle=1.
 #   bash scripts/remote_bench.sh [--append] [--quick] [--hosts]
 set -euo pipefail
 export TROUPE_ACTOR_LANE=${TROUPE_ACTOR_LANE:-mpi}  # the bench times the lane (the default) beside CAF
@@ -66,12 +66,11 @@ if [[ $hosts == 1 ]]; then
     echo "# Open MPI's default: a process waiting in MPI spins"
     mh_mpirun 2 1 -np 2 -x TROUPE_ACTOR_LANE "$PWD/$build/bench/remote_bench" --only=transfer "${targs[@]+"${targs[@]}"}" 2>&1 |
       grep -v '^\[troupe\] rank'
-    # The test hosts share this machine's cores (mpirun cannot see that: one slot on each "host").
-    # There, processes spinning in Open MPI's tcp transport deliver slowly: a bare 4 KB MPI ping-pong
-    # between the two test hosts (mpi_pingpong above) took 8 ms a round trip with the default, 0.02-0.04 ms with
-    # mpi_yield_when_idle=1 (2026-11-28; the kernel's softirq thread did not run in either, so the
-    # cause was not pinned down). It is Open MPI's setting for more work than cores, which mpirun
-    # picks itself when it knows; this pass runs both sides with it.
+    # The test hosts share this machine's 2 cores. Until 2026-11-28 Open MPI bound each host's rank to
+    # core 0, so both ranks shared one core: a bare 4 KB MPI ping-pong then took 8 ms a round trip with
+    # the default (spinning waits took turns a time slice at a time) and 0.03 ms with
+    # mpi_yield_when_idle=1. mh_mpirun now passes --bind-to none (0.017 ms with either setting); this
+    # pass stays, both sides with Open MPI's setting for more work than cores.
     echo "# mpi_yield_when_idle=1 (Open MPI's setting for more work than cores), both sides"
     mh_mpirun 2 1 -np 2 -x TROUPE_ACTOR_LANE --mca mpi_yield_when_idle 1 "$PWD/$build/bench/remote_bench" --only=transfer \
       "${targs[@]+"${targs[@]}"}" 2>&1 | grep -v '^\[troupe\] rank' | grep -E '^(transfer|stream) '
