@@ -30,6 +30,10 @@ constexpr int64_t kSlotBytes = int64_t{64} << 10;
 // How long poll() waits for a large head once its announcement came (it was posted right after).
 constexpr auto kBigHeadWait = std::chrono::seconds(60);
 constexpr int64_t kChunk = int64_t{1} << 30;
+// post() retires completed sends (test_sends_locked: one MPI_Testsome, a poll of every transport) only
+// once this many are outstanding; polls retire them too. Retiring at every post cost a 4 KB request
+// between two test hosts 1.5 us of its 10.6-11.1 us post (medians of 5,000, 2 alternated runs each).
+constexpr size_t kReclaimAt = 16;
 // How long post() polls its own sends before it leaves them to the polling thread.
 constexpr auto kOwnProgress = std::chrono::milliseconds(50);
 // Messages above the eager limit that the peer reads itself (post's by_reader) under way at a time.
@@ -242,7 +246,7 @@ class MpiLane final : public MessageLane {
     std::vector<MPI_Request> mine;
     {
       std::lock_guard<std::mutex> g(send_mu_);  // one message's pieces in a row: posts to one rank keep their order
-      if (!out_.empty()) test_sends_locked();
+      if (out_.size() >= kReclaimAt) test_sends_locked();
       if (by_reader) {
         const auto until = mpi_impl::Clock::now() + kOwnProgress;
         for (int k = 0; peer_reads_under_way() >= kReaderWindow; ++k) {
