@@ -1216,10 +1216,20 @@ class System {
   /// together stay within lane_inline_bytes_; the others to `bodies` (contiguous CPU), their sizes into
   /// lh.bodies.
   std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies) {
-    std::string blob;
+    // The fields (no bodies yet: the body count is their last 4 bytes), then the values' blob straight
+    // after them, in one buffer sized ahead; a message with bodies gets their sizes put in after the
+    // count (one move of the blob). Until 2026-11-28 the blob was built apart and copied in after the
+    // fields (a second allocation and copy of every inlined tensor).
+    lh.bodies.clear();
+    int64_t total = 0, largest = 0;
+    for (const Value& v : values) weigh(v, total, largest);
+    std::string head;
+    head.reserve(static_cast<size_t>(96 + static_cast<int64_t>(lh.text.size()) + std::min(total, lane_inline_bytes_ + 4096)));
+    wire::encode_lane_head(lh, head);
+    const size_t count_at = head.size() - sizeof(uint32_t);
     int64_t inlined = 0;
     wire::encode(
-        values, blob, [](const ActorRef&) -> uint32_t { throw ActorError("[actors] wire: an ActorRef on the lane"); },
+        values, head, [](const ActorRef&) -> uint32_t { throw ActorError("[actors] wire: an ActorRef on the lane"); },
         [&](const Tensor& t0) -> int64_t {
           const int64_t n = static_cast<int64_t>(t0.nbytes());
           if (inlined + n <= lane_inline_bytes_) {
@@ -1232,10 +1242,13 @@ class System {
           lh.bodies.push_back(t.nbytes());
           return static_cast<int64_t>(bodies.size() - 1);
         });
-    std::string head;
-    head.reserve(64 + lh.text.size() + 8 * lh.bodies.size() + blob.size());
-    wire::encode_lane_head(lh, head);
-    head += blob;
+    if (!lh.bodies.empty()) {
+      const uint32_t count = static_cast<uint32_t>(lh.bodies.size());
+      std::memcpy(head.data() + count_at, &count, sizeof count);
+      std::string sizes(lh.bodies.size() * sizeof(uint64_t), '\0');
+      for (size_t i = 0; i < lh.bodies.size(); ++i) std::memcpy(sizes.data() + i * sizeof(uint64_t), &lh.bodies[i], sizeof(uint64_t));
+      head.insert(count_at + sizeof count, sizes);
+    }
     return head;
   }
 
