@@ -474,6 +474,16 @@ namespace {
 /// returned (its sends complete, or left to the lane thread after 50 ms). The last field: for hop
 /// 2, the handler ran on the thread that read the Call (the lane thread or a waiter); else, the lane
 /// thread recorded it. For measuring only: off, it costs a relaxed load per hop.
+/// Counts this thread in `n` while it lives (System::lane_waiters_: a thread waiting for a reply on the
+/// lane, or posting on it).
+struct LaneWaiterCount {
+  std::atomic<int>& n;
+  explicit LaneWaiterCount(std::atomic<int>& w) : n(w) { n.fetch_add(1, std::memory_order_relaxed); }
+  ~LaneWaiterCount() { n.fetch_sub(1, std::memory_order_relaxed); }
+  LaneWaiterCount(const LaneWaiterCount&) = delete;
+  LaneWaiterCount& operator=(const LaneWaiterCount&) = delete;
+};
+
 struct LaneTrace {
   struct Hop {
     uint64_t id;
@@ -787,11 +797,7 @@ class System {
   /// alternated runs; 64 KB 0.54 and 0.82).
   void lane_post(comm::MessageLane& lane, int dest, std::string head, std::vector<Tensor> bodies, bool awaited) {
     note_remote(dest, false);
-    struct Posting {
-      std::atomic<int>& n;
-      explicit Posting(std::atomic<int>& w) : n(w) { n.fetch_add(1, std::memory_order_relaxed); }
-      ~Posting() { n.fetch_sub(1, std::memory_order_relaxed); }
-    } posting(lane_waiters_);
+    LaneWaiterCount posting(lane_waiters_);
     lane.post(dest, std::move(head), std::move(bodies), awaited);
   }
 
@@ -883,25 +889,25 @@ class System {
     }
   }
 
-  /// Polls the lane once, handling at most 64 messages; true when one came. The caller holds
-  /// lane_progress_mu_.
-  static int64_t steady_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  static int64_t ns_of(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
   /// Records a message to (`incoming` false) or from `rank` when it is on another node.
   void note_remote(int rank, bool incoming) {
     if (lane_remote_spin_ns_ <= 0 || lane_->on_node(rank)) return;
-    const int64_t now = steady_ns();
+    const int64_t now = ns_of(std::chrono::steady_clock::now());
     lane_remote_ns_.store(now, std::memory_order_relaxed);
     if (incoming) lane_remote_in_ns_.store(now, std::memory_order_relaxed);
   }
-  /// Whether a message came from another node (`incoming`), or went to or came from one, within
+  /// Whether, at `now`, a message came from another node (`incoming`), or went to or came from one, within
   /// lane_remote_spin_ns_.
-  bool remote_recent(bool incoming) const {
+  bool remote_recent(bool incoming, std::chrono::steady_clock::time_point now) const {
     if (lane_remote_spin_ns_ <= 0) return false;
-    return steady_ns() - (incoming ? lane_remote_in_ns_ : lane_remote_ns_).load(std::memory_order_relaxed) < lane_remote_spin_ns_;
+    return ns_of(now) - (incoming ? lane_remote_in_ns_ : lane_remote_ns_).load(std::memory_order_relaxed) < lane_remote_spin_ns_;
   }
 
+  /// Polls the lane once, handling at most 64 messages; true when one came. The caller holds
+  /// lane_progress_mu_.
   bool lane_poll_some() {
     bool got = false;
     poll_body_bytes_ = 0;
@@ -934,18 +940,12 @@ class System {
     // a core switch on both sides on 2 loaded cores); the end of the poll wakes it when something came.
     auto lane = lane_;
     if (!lane) return false;
+    LaneWaiterCount waiting(lane_waiters_);
     struct Polling {
       comm::MessageLane* l;
-      std::atomic<int>& n;
-      Polling(comm::MessageLane* x, std::atomic<int>& waiters) : l(x), n(waiters) {
-        n.fetch_add(1, std::memory_order_relaxed);
-        l->polling(true);
-      }
-      ~Polling() {
-        l->polling(false);
-        n.fetch_sub(1, std::memory_order_relaxed);
-      }
-    } polling(lane.get(), lane_waiters_);
+      explicit Polling(comm::MessageLane* x) : l(x) { l->polling(true); }
+      ~Polling() { l->polling(false); }
+    } polling(lane.get());
     while (!w.done()) {
       bool got = false;
       {
@@ -970,7 +970,7 @@ class System {
       if (now - t0 > lane_wait_spin_ && lane->peer_reads_under_way() > 0 && now - t_start < kLaneReaderWaitSpin) {
         t0 = now;
       }
-      if (now - t0 > lane_wait_spin_ && !remote_recent(false)) return false;
+      if (now - t0 > lane_wait_spin_ && !remote_recent(false, now)) return false;
       cpu_relax();
     }
     return true;
@@ -1373,7 +1373,7 @@ class System {
     if (got) {
       last = now;
     } else if (busy || now - last < lane_spin_ ||
-               (polled && lane_waiters_.load(std::memory_order_relaxed) == 0 && remote_recent(true))) {
+               (polled && lane_waiters_.load(std::memory_order_relaxed) == 0 && remote_recent(true, now))) {
       // (While a waiter polls, this thread sleeps: two threads of a process polling, and the peer's, took
       // turns on 2 cores a time slice at a time, 1 ms for a 4 KB reply in 1% of requests. The waiter's
       // polling(false) wakes it when a message came.)
@@ -1649,7 +1649,7 @@ class System {
   // went to or came from a rank of another node, and came from one (note_remote).
   int64_t lane_remote_spin_ns_ = 0;
   std::atomic<int64_t> lane_remote_ns_{0}, lane_remote_in_ns_{0};
-  std::atomic<int> lane_waiters_{0};  // threads in lane_wait or lane_post
+  std::atomic<int> lane_waiters_{0};  // threads in lane_wait or lane_post (LaneWaiterCount)
   std::unique_ptr<std::atomic<uint64_t>[]> seq_out_;  // per rank: the last sequence number given
   std::mutex seq_mu_;
   std::vector<SeqIn> seq_in_;                          // per rank (under seq_mu_)
