@@ -62,8 +62,17 @@ run() {
            /usr/local/cuda-*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
     [[ -d $d ]] && cuda_dirs="$cuda_dirs:$d"
   done
+  # NCCL and cuBLAS where the toolkit has none: the wheels PyTorch brings (nvidia/*/lib in site-packages)
+  local site
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
+  if [[ -n $site && -d $site/nvidia ]]; then
+    while read -r d; do cuda_dirs="$cuda_dirs:$d"; done < <(
+      find "$site/nvidia" -maxdepth 3 \( -name 'libnccl.so*' -o -name 'libcublas*.so*' -o -name 'libcudart.so*' \) \
+        -printf '%h\n' 2>/dev/null | sort -u)
+  fi
   export LD_LIBRARY_PATH="$PWD/$dir/lib$cuda_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  { nvidia-smi 2>&1 || echo "(no nvidia-smi)"; } | tee "$out/nvidia-smi.txt" | head -15
+  { nvidia-smi 2>&1 || echo "(no nvidia-smi)"; } >"$out/nvidia-smi.txt"
+  head -12 "$out/nvidia-smi.txt"   # (not `| head`: under pipefail, tee's SIGPIPE would end the script here)
   local rc=0
   for s in "${suites[@]}"; do
     local bin filter name

@@ -238,6 +238,12 @@ ErrorFlag::Report ErrorFlag::read() const {
   return r;
 }
 
+// ================================================================ scratch
+
+Scratch::Scratch(size_t nbytes, int dev) : p_(allocator().allocate(std::max<size_t>(nbytes, 1), dev)) {}
+
+Scratch::~Scratch() { allocator().deallocate(p_); }
+
 // ================================================================ memory, copies, fill
 
 void* CudaBackend::allocate(size_t nbytes, Device d) {

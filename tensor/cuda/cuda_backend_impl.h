@@ -1,5 +1,6 @@
 // The CUDA backend class: the kernels of backend.h it implements, defined in tensor/cuda/*.cu by family as
-// tensor/cpu/ does (CUDA builds only). What it leaves out (the fused reductions) the ops compose.
+// tensor/cpu/ does (CUDA builds only). The fused reductions it leaves out (reverse cumsum, row moments and
+// norms) the ops compose.
 #pragma once
 
 #include "../backend.h"
@@ -23,6 +24,12 @@ struct CudaBackend final : Backend {
   void reduce(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
               int64_t inner) override;
   void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
+  // softmax_kernels.cu (the fused softmax family; the other fused reductions are composed by the ops)
+  bool fuses(FusedKernel k) const override;
+  void softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner, bool log) override;
+  void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t rows, int64_t r,
+                        bool log) override;
+  void logsumexp(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
   // linalg_kernels.cu (cuBLAS gemm, im2col/col2im)
   void gemm(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) override;
   void im2col(const Tensor& col, const Tensor& im, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,

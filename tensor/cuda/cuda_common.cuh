@@ -126,6 +126,24 @@ class ErrorFlag {
   char* p_;
 };
 
+/// Device memory from the caching allocator for one op's temporaries (a reduction's partial results), freed
+/// at the end of the scope. Every kernel runs on the default stream, so a block freed here is reused only by
+/// work queued after the kernels that read it.
+class Scratch {
+ public:
+  Scratch(size_t nbytes, int dev);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as(size_t byte_offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset);
+  }
+
+ private:
+  void* p_;
+};
+
 constexpr int kErrDivZero = 1;
 constexpr int kErrNegPow = 2;
 constexpr int kErrIndex = 3;

@@ -1,5 +1,6 @@
 // CUDA reduction kernels: sum/prod, max/min/argmax/argmin and all/any of a contiguous (outer, r, inner) tensor
-// along r (one thread per output, or one block per output row when inner == 1 and r is large), and cumsum.
+// along r (one thread per output, or one block per output row when inner == 1 and r is large; split over
+// chunks of r with a second merging pass when the outputs are too few to fill the device), and cumsum.
 #include "cuda_common.cuh"
 
 namespace troupe::cuda {
@@ -134,15 +135,155 @@ __global__ void __launch_bounds__(kThreads) reduce_block_kernel(const T* in, int
   }
 }
 
+/// Pass 1 of a split contiguous row (inner == 1): block k = (o, b) reduces p[b * clen, (b + 1) * clen) of
+/// row o, strided over its threads and then a tree, into the partial (pv, pi)[k].
 template <typename T, typename R>
-void run_reduce(const R& red, const T* in, int64_t outer, int64_t r, int64_t inner) {
+__global__ void __launch_bounds__(kThreads) reduce_chunk_kernel(const T* in, int64_t outer, int64_t r, int64_t chunks,
+                                                                int64_t clen, typename R::V* pv, int64_t* pi, R red) {
+  using V = typename R::V;
+  __shared__ V sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  const int t = threadIdx.x;
+  for (int64_t k = blockIdx.x; k < outer * chunks; k += gridDim.x) {
+    const int64_t o = k / chunks, b = k - o * chunks;
+    const int64_t j0 = b * clen, j1 = std::min(r, j0 + clen);
+    const T* p = in + o * r;
+    V v = red.init();
+    int64_t ix = -1;
+    for (int64_t j = j0 + t; j < j1; j += kThreads) red.step(v, ix, p[j], j);
+    sv[t] = v;
+    si[t] = ix;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+      if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
+      __syncthreads();
+    }
+    if (t == 0) {
+      pv[k] = sv[0];
+      pi[k] = si[0];
+    }
+    __syncthreads();
+  }
+}
+
+/// Pass 2 of a split contiguous row: one block per row merges its `chunks` partials and writes the output.
+template <typename R>
+__global__ void __launch_bounds__(kThreads) reduce_partials_kernel(const typename R::V* pv, const int64_t* pi,
+                                                                   int64_t outer, int64_t chunks, R red) {
+  using V = typename R::V;
+  __shared__ V sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  const int t = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    V v = red.init();
+    int64_t ix = -1;
+    for (int64_t b = t; b < chunks; b += kThreads) red.merge(v, ix, pv[o * chunks + b], pi[o * chunks + b]);
+    sv[t] = v;
+    si[t] = ix;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+      if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
+      __syncthreads();
+    }
+    if (t == 0) red.write(o, sv[0], si[0]);
+    __syncthreads();
+  }
+}
+
+/// Pass 1 of a split strided reduction (inner > 1): thread (o, b, c) reduces rows [b * clen, (b + 1) * clen)
+/// of column c (coalesced across c) into the partial (pv, pi)[(o * chunks + b) * inner + c].
+template <typename T, typename R>
+__global__ void __launch_bounds__(kThreads)
+    reduce_cols_chunk_kernel(const T* in, int64_t outer, int64_t r, int64_t inner, int64_t chunks, int64_t clen,
+                             typename R::V* pv, int64_t* pi, R red) {
+  const int64_t n = outer * chunks * inner;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += step) {
+    const int64_t ob = k / inner, c = k - ob * inner;
+    const int64_t o = ob / chunks, b = ob - o * chunks;
+    const int64_t j0 = b * clen, j1 = std::min(r, j0 + clen);
+    const T* p = in + o * r * inner + c;
+    typename R::V v = red.init();
+    int64_t ix = -1;
+    for (int64_t j = j0; j < j1; ++j) red.step(v, ix, p[j * inner], j);
+    pv[k] = v;
+    pi[k] = ix;
+  }
+}
+
+/// Pass 2 of a split strided reduction: thread (o, c) merges its column's `chunks` partials in order.
+template <typename R>
+__global__ void __launch_bounds__(kThreads) reduce_cols_partials_kernel(const typename R::V* pv, const int64_t* pi,
+                                                                        int64_t outer, int64_t chunks, int64_t inner,
+                                                                        R red) {
+  const int64_t nout = outer * inner;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < nout; k += step) {
+    const int64_t o = k / inner, c = k - o * inner;
+    typename R::V v = red.init();
+    int64_t ix = -1;
+    for (int64_t b = 0; b < chunks; ++b) {
+      const int64_t q = (o * chunks + b) * inner + c;
+      red.merge(v, ix, pv[q], pi[q]);
+    }
+    red.write(k, v, ix);
+  }
+}
+
+// How a reduction of (outer, r, inner) along r is spread over the device (an H200 has 132 SMs of 2,048
+// threads): a contiguous row (inner == 1) of 512 elements or more gets a block; when there are too few rows
+// to fill the device, each row is split into chunks of at least kChunkElems elements, one block each, whose
+// partials a second kernel merges (kTargetBlocks blocks in all). Strided reductions (inner > 1) give each
+// output a thread; when the outputs are too few (outer * inner below kTargetThreads / 2), r is split the same
+// way, one thread per (output, chunk) of at least kMinChunkRows rows.
+constexpr int64_t kTargetBlocks = 1024;
+constexpr int64_t kChunkElems = int64_t(kThreads) * 16;
+constexpr int64_t kTargetThreads = int64_t(1) << 18;
+constexpr int64_t kMinChunkRows = 32;
+
+/// Chunks of r: at most `most`, each at least `least` long (1: not worth splitting). Sets clen.
+int64_t split_r(int64_t r, int64_t least, int64_t most, int64_t& clen) {
+  int64_t chunks = std::min(r / least, most);
+  if (chunks < 2) return 1;
+  clen = (r + chunks - 1) / chunks;
+  return (r + clen - 1) / clen;
+}
+
+template <typename T, typename R>
+void run_reduce(const R& red, const T* in, int64_t outer, int64_t r, int64_t inner, int dev) {
+  using V = typename R::V;
   const int64_t nout = outer * inner;
   if (nout == 0) return;
+  int64_t clen = r, chunks = 1;
   if (inner == 1 && r >= 2 * kThreads) {
-    unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outer, int64_t(1) << 16));
-    reduce_block_kernel<T, R><<<blocks, kThreads>>>(in, outer, r, red);
+    chunks = split_r(r, kChunkElems, std::max<int64_t>(1, kTargetBlocks / outer), clen);
+    if (chunks == 1) {
+      unsigned blocks = static_cast<unsigned>(std::min<int64_t>(outer, int64_t(1) << 16));
+      reduce_block_kernel<T, R><<<blocks, kThreads>>>(in, outer, r, red);
+    } else {
+      const int64_t np = outer * chunks;
+      Scratch scratch(static_cast<size_t>(np) * (sizeof(V) + sizeof(int64_t)), dev);
+      int64_t* pi = scratch.as<int64_t>();
+      V* pv = scratch.as<V>(static_cast<size_t>(np) * sizeof(int64_t));
+      reduce_chunk_kernel<T, R><<<static_cast<unsigned>(std::min<int64_t>(np, int64_t(1) << 16)), kThreads>>>(
+          in, outer, r, chunks, clen, pv, pi, red);
+      TROUPE_CUDA_CHECK(cudaGetLastError());
+      reduce_partials_kernel<R><<<static_cast<unsigned>(std::min<int64_t>(outer, int64_t(1) << 16)), kThreads>>>(
+          pv, pi, outer, chunks, red);
+    }
   } else {
-    reduce_thread_kernel<T, R><<<grid_for(nout), kThreads>>>(in, outer, r, inner, red);
+    if (nout * 2 <= kTargetThreads) chunks = split_r(r, kMinChunkRows, kTargetThreads / nout, clen);
+    if (chunks == 1) {
+      reduce_thread_kernel<T, R><<<grid_for(nout), kThreads>>>(in, outer, r, inner, red);
+    } else {
+      const int64_t np = nout * chunks;
+      Scratch scratch(static_cast<size_t>(np) * (sizeof(V) + sizeof(int64_t)), dev);
+      int64_t* pi = scratch.as<int64_t>();
+      V* pv = scratch.as<V>(static_cast<size_t>(np) * sizeof(int64_t));
+      reduce_cols_chunk_kernel<T, R><<<grid_for(np), kThreads>>>(in, outer, r, inner, chunks, clen, pv, pi, red);
+      TROUPE_CUDA_CHECK(cudaGetLastError());
+      reduce_cols_partials_kernel<R><<<grid_for(nout), kThreads>>>(pv, pi, outer, chunks, inner, red);
+    }
   }
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
@@ -194,7 +335,7 @@ void check_geometry(const char* name, const Tensor& t, const char* what, int64_t
 
 template <typename T>
 void reduce_typed(ReduceKind op, const Tensor& out, const Tensor& idx, const Tensor& in, int64_t outer, int64_t r,
-                  int64_t inner) {
+                  int64_t inner, int dev) {
   const char* name = reduce_name(op);
   const T* ip = static_cast<const T*>(in.data_ptr());
   switch (op) {
@@ -205,7 +346,7 @@ void reduce_typed(ReduceKind op, const Tensor& out, const Tensor& idx, const Ten
       if (out.dtype() == in.dtype()) red.out_same = ptr<T>(out);
       else if (out.dtype() == acc_dtype<A>()) red.out_acc = ptr<A>(out);
       else bad_out(name, in, out);
-      run_reduce<T>(red, ip, outer, r, inner);
+      run_reduce<T>(red, ip, outer, r, inner, dev);
       return;
     }
     case ReduceKind::Max:
@@ -217,14 +358,14 @@ void reduce_typed(ReduceKind op, const Tensor& out, const Tensor& idx, const Ten
       if (out.defined() && out.dtype() != in.dtype()) bad_out(name, in, out);
       ExtremumR<T> red{op == ReduceKind::Max || op == ReduceKind::ArgMax, out.defined() ? ptr<T>(out) : nullptr,
                        idx.defined() ? ptr<int64_t>(idx) : nullptr};
-      run_reduce<T>(red, ip, outer, r, inner);
+      run_reduce<T>(red, ip, outer, r, inner, dev);
       return;
     }
     case ReduceKind::All:
     case ReduceKind::Any: {
       if (out.dtype() != kBool && out.dtype() != kUInt8) bad_out(name, in, out);
       LogicalR<T> red{op == ReduceKind::All, ptr<uint8_t>(out)};
-      run_reduce<T>(red, ip, outer, r, inner);
+      run_reduce<T>(red, ip, outer, r, inner, dev);
       return;
     }
   }
@@ -250,7 +391,7 @@ void CudaBackend::reduce(ReduceKind op, const Tensor& out, const Tensor& idx, co
   }
   DeviceGuard g(dev);
   dispatch_all(in.dtype(), [&](auto tag) {
-    reduce_typed<dev_t<decltype(tag)>>(op, out, idx, in, outer, r, inner);
+    reduce_typed<dev_t<decltype(tag)>>(op, out, idx, in, outer, r, inner, dev);
   });
 }
 

@@ -471,6 +471,129 @@ TEST(CudaReduce, ReductionsMatchCpu) {
   EXPECT_THROW((void)max(e.cuda(), 1), std::exception);
 }
 
+// Reductions whose outputs are too few to fill the device are split over chunks of the reduced dim and
+// merged by a second kernel: whole-tensor reductions, a few long rows, and columns of tall matrices. The
+// chunk borders must not change which index an extremum reports (the first, NaN counting as the extremum).
+TEST(CudaReduce, SplitReductionsMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  // whole tensors (1 row of 2^21): float64 to 1e-12, float32 to 1e-5 relative, integers exactly
+  Tensor d = sample(kFloat64, {1 << 21}, 40);
+  EXPECT_TRUE(tensors_close(sum(d.cuda()).cpu(), sum(d), 1e-12, 1e-9, true));
+  EXPECT_TRUE(tensors_close(mean(d.cuda()).cpu(), mean(d), 1e-12, 1e-12, true));
+  Tensor f = sample(kFloat32, {3, 1 << 20}, 41);
+  EXPECT_TRUE(tensors_close(sum(f.cuda()).cpu(), sum(f), 1e-4, 1e-1, true));
+  EXPECT_TRUE(tensors_close(sum(f.cuda(), {1}).cpu(), sum(f, {1}), 1e-4, 1e-1, true));
+  EXPECT_TRUE(tensors_close(amax(f.cuda(), {1}).cpu(), amax(f, {1}), 0, 0, true));
+  Tensor i = sample(kInt64, {1 << 20}, 42);
+  EXPECT_TRUE(tensors_close(sum(i.cuda()).cpu(), sum(i), 0, 0, true));
+  Tensor b = sample(kBool, {1 << 20}, 43);
+  EXPECT_TRUE(same_bytes(all(b.cuda()).cpu(), all(b)));
+  EXPECT_TRUE(same_bytes(any(b.cuda()).cpu(), any(b)));
+  EXPECT_TRUE(same_bytes(any(zeros({1 << 20}, TensorOptions().dtype(kBool)).cuda()).cpu(),
+                         any(zeros({1 << 20}, TensorOptions().dtype(kBool)))));
+  // ties and NaNs in different chunks: argmax / argmin report the first
+  Tensor t = zeros({2, 1 << 20});
+  t.select(0, 0).narrow(0, 900000, 1).fill_(5.0);
+  t.select(0, 0).narrow(0, 100000, 1).fill_(5.0);
+  t.select(0, 0).narrow(0, 500000, 1).fill_(-5.0);
+  t.select(0, 0).narrow(0, 700000, 1).fill_(-5.0);
+  t.select(0, 1).narrow(0, 800000, 1).fill_(NAN);
+  t.select(0, 1).narrow(0, 300000, 1).fill_(NAN);
+  Tensor tg = t.cuda();
+  EXPECT_TRUE(same_bytes(argmax(tg, 1).cpu(), argmax(t, 1)));
+  EXPECT_TRUE(same_bytes(argmin(tg, 1).cpu(), argmin(t, 1)));
+  EXPECT_TRUE(same_bytes(argmax(tg.flatten()).cpu(), argmax(t.flatten())));
+  EXPECT_EQ(argmax(tg, 1).cpu()[0].item<int64_t>(), 100000);
+  EXPECT_EQ(argmin(tg, 1).cpu()[0].item<int64_t>(), 500000);
+  EXPECT_EQ(argmax(tg, 1).cpu()[1].item<int64_t>(), 300000);
+  // columns of tall matrices (inner > 1, few outputs): bias gradients, per-feature statistics
+  for (std::vector<int64_t> sz : {std::vector<int64_t>{4096, 8}, std::vector<int64_t>{2048, 1024},
+                                  std::vector<int64_t>{3, 5000, 2}}) {
+    SCOPED_TRACE(shape_str(sz));
+    const int64_t dim = sz.size() == 3 ? 1 : 0;
+    Tensor x = sample(kFloat64, sz, 44);
+    Tensor g = x.cuda();
+    EXPECT_TRUE(tensors_close(sum(g, {dim}).cpu(), sum(x, {dim}), 1e-12, 1e-10, true));
+    EXPECT_TRUE(tensors_close(amin(g, {dim}).cpu(), amin(x, {dim}), 0, 0, true));
+    EXPECT_TRUE(same_bytes(argmax(g, dim).cpu(), argmax(x, dim)));
+    Tensor r = x.mul(0.5).to(kInt64).to(kFloat64);  // many ties
+    EXPECT_TRUE(same_bytes(argmax(r.cuda(), dim).cpu(), argmax(r, dim)));
+    EXPECT_TRUE(same_bytes(argmin(r.cuda(), dim).cpu(), argmin(r, dim)));
+  }
+  // float32 bias gradient through autograd: (2048, 1024) summed over the batch
+  Tensor a = sample(kFloat32, {2048, 1024}, 45);
+  Tensor bias = zeros({1024}).cuda().requires_grad_();
+  (a.cuda() + bias).sum().backward();
+  EXPECT_TRUE(tensors_close(bias.grad().cpu(), full({1024}, 2048.0), 0, 0, true));
+}
+
+// ---------------------------------------------------------------- fused softmax family
+
+// The CUDA backend's fused softmax / log_softmax / logsumexp kernels (block per long row, thread per short
+// row or strided slice) and softmax's fused backward, against the CPU's.
+TEST(CudaSoftmax, FusedKernelsMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  EXPECT_TRUE(backend(kCUDA).fuses(FusedKernel::Softmax));
+  EXPECT_TRUE(backend(kCUDA).fuses(FusedKernel::LogSumExp));
+  for (ScalarType dt : kFloatDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double rt = dt == kFloat32 ? 1e-5 : rtol_for(dt) * 2, at = dt == kFloat32 ? 1e-6 : atol_for(dt) * 2;
+    for (std::vector<int64_t> sz : {std::vector<int64_t>{8, 1000}, std::vector<int64_t>{64, 10},
+                                    std::vector<int64_t>{4, 300, 6}, std::vector<int64_t>{5, 256}}) {
+      SCOPED_TRACE(shape_str(sz));
+      Tensor x = sample(dt, sz, 50);
+      Tensor g = x.cuda();
+      for (int64_t dim = 0; dim < static_cast<int64_t>(sz.size()); ++dim) {
+        SCOPED_TRACE("dim " + std::to_string(dim));
+        EXPECT_TRUE(tensors_close(softmax(g, dim).cpu(), softmax(x, dim), rt, at, true));
+        EXPECT_TRUE(tensors_close(log_softmax(g, dim).cpu(), log_softmax(x, dim), rt, at * 10, true));
+        EXPECT_TRUE(tensors_close(logsumexp(g, {dim}).cpu(), logsumexp(x, {dim}), rt, at * 10, true));
+        EXPECT_TRUE(tensors_close(logsumexp(g, {dim}, true).cpu(), logsumexp(x, {dim}, true), rt, at * 10, true));
+      }
+      std::vector<int64_t> every(sz.size());
+      for (size_t k = 0; k < sz.size(); ++k) every[k] = static_cast<int64_t>(k);
+      EXPECT_TRUE(tensors_close(logsumexp(g, every).cpu(), logsumexp(x, every), rt, at * 10, true));
+    }
+  }
+  // NaN, +inf and all -inf rows, short (thread per row) and long (block per row)
+  for (int64_t r : {6, 600}) {
+    SCOPED_TRACE("r " + std::to_string(r));
+    Tensor x = sample(kFloat32, {5, r}, 51);
+    x.select(0, 1).narrow(0, 3, 1).fill_(NAN);
+    x.select(0, 2).narrow(0, 4, 1).fill_(INFINITY);
+    x.select(0, 3).fill_(-INFINITY);
+    x.select(0, 4).narrow(0, 0, 2).fill_(-INFINITY);
+    Tensor g = x.cuda();
+    EXPECT_TRUE(tensors_close(softmax(g, 1).cpu(), softmax(x, 1), 1e-5, 1e-6, true));
+    EXPECT_TRUE(tensors_close(log_softmax(g, 1).cpu(), log_softmax(x, 1), 1e-5, 1e-5, true));
+    EXPECT_TRUE(tensors_close(logsumexp(g, {1}).cpu(), logsumexp(x, {1}), 1e-5, 1e-5, true));
+  }
+  // backward (the fused kernel, grad mode off inside backward) and the cross-entropy path
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double tol = dt == kFloat32 ? 1e-5 : 1e-12;
+    for (std::vector<int64_t> sz : {std::vector<int64_t>{8, 1000}, std::vector<int64_t>{64, 10}}) {
+      SCOPED_TRACE(shape_str(sz));
+      Tensor xc = sample(dt, sz, 52), wc = sample(dt, sz, 53);
+      for (bool log : {false, true}) {
+        auto run = [&](Device dev) {
+          Tensor xi = xc.detach().to(dev).requires_grad_();
+          Tensor y = log ? log_softmax(xi, 1) : softmax(xi, 1);
+          (y * wc.to(dev)).sum().backward();
+          return xi.grad().cpu();
+        };
+        EXPECT_TRUE(tensors_close(run(Device(kCUDA, 0)), run(Device(kCPU)), tol, tol, true)) << "log " << log;
+      }
+    }
+  }
+  // the backend's errors name the op and what was wrong
+  Tensor g = sample(kFloat32, {4, 5}, 54).cuda();
+  Tensor wrong = empty({4, 5}, TensorOptions().dtype(kFloat64).device(Device(kCUDA, 0)));
+  expect_error([&] { backend(kCUDA).softmax(wrong, g, 4, 5, 1, false); }, "[softmax] the output must be contiguous float32");
+  expect_error([&] { backend(kCUDA).softmax(g, g, 4, 6, 1, false); }, "expected 24 input and 24 output elements, got 20");
+  expect_error([&] { backend(kCUDA).logsumexp(g, sample(kInt64, {4, 5}, 55).cuda(), 4, 5, 1); }, "logsumexp");
+}
+
 // ---------------------------------------------------------------- matmul
 
 TEST(CudaLinalg, MatmulMatchesCpu) {
