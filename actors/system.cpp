@@ -466,14 +466,6 @@ constexpr auto kLaneNestedNap = std::chrono::microseconds(200);
 bool on_lane_thread() { return t_lane_handler; }
 
 namespace {
-/// TROUPE_ACTOR_LANE_TRACE=<path prefix>: the first kLaneTraceMax hops of lane requests, as (request id,
-/// hop, steady-clock ns, on the lane thread), written to <prefix>.<rank> when the system stops (the
-/// clock is the machine's monotonic one, shared by the processes of a node). Hops: 0 the caller posts
-/// the Call, 1 the Call's head is read, 2 its handler starts, 3 its Reply is posted, 4 the Reply is read
-/// (its request completes there; on the lane thread: its waiter is then woken), 5 the caller's post
-/// returned (its sends complete, or left to the lane thread after 50 ms). The last field: for hop
-/// 2, the handler ran on the thread that read the Call (the lane thread or a waiter); else, the lane
-/// thread recorded it. For measuring only: off, it costs a relaxed load per hop.
 /// Counts this thread in `n` while it lives (System::lane_waiters_: a thread waiting for a reply on the
 /// lane, or posting on it).
 struct LaneWaiterCount {
@@ -484,6 +476,14 @@ struct LaneWaiterCount {
   LaneWaiterCount& operator=(const LaneWaiterCount&) = delete;
 };
 
+/// TROUPE_ACTOR_LANE_TRACE=<path prefix>: the first kLaneTraceMax hops of lane requests, as (request id,
+/// hop, steady-clock ns, on the lane thread), written to <prefix>.<rank> when the system stops (the
+/// clock is the machine's monotonic one, shared by the processes of a node). Hops: 0 the caller posts
+/// the Call, 1 the Call's head is read, 2 its handler starts, 3 its Reply is posted, 4 the Reply is read
+/// (its request completes there; on the lane thread: its waiter is then woken), 5 the caller's post
+/// returned (its sends complete, or left to the lane thread after 50 ms). The last field: for hop
+/// 2, the handler ran on the thread that read the Call (the lane thread or a waiter); else, the lane
+/// thread recorded it. For measuring only: off, it costs a relaxed load per hop.
 struct LaneTrace {
   struct Hop {
     uint64_t id;
