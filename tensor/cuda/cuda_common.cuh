@@ -11,7 +11,9 @@
 //    small functor; one kernel per dtype with a switch on the op inside (few instantiations, short
 //    compile). 16-bit floats are stored as their bits and computed in float, as on the CPU.
 //  - Reductions: one thread per output, or one block per output row when the reduced elements are
-//    contiguous (inner == 1) and numerous.
+//    contiguous (inner == 1) and numerous; split over chunks of the reduced dim, with a second kernel
+//    merging the partials, when the outputs are too few to fill the device. softmax, log_softmax and
+//    logsumexp are fused kernels (softmax_kernels.cu).
 //  - Index kernels bounds-check every index on the device and report the first bad one after the kernel
 //    (one synchronisation per call); scatter_add/index_add accumulate with atomics (compare-and-swap on
 //    the enclosing 32-bit word for 1- and 2-byte types), so float sums may vary in the last bits.
@@ -127,8 +129,9 @@ class ErrorFlag {
 };
 
 /// Device memory from the caching allocator for one op's temporaries (a reduction's partial results), freed
-/// at the end of the scope. Every kernel runs on the default stream, so a block freed here is reused only by
-/// work queued after the kernels that read it.
+/// at the end of the scope. Every kernel of the backend runs on the legacy default stream, so a block freed
+/// here is reused only by work queued after the kernels that read it (as for any tensor freed into the
+/// cache; an NCCL group's stream waits for the default stream before each collective).
 class Scratch {
  public:
   Scratch(size_t nbytes, int dev);

@@ -5,7 +5,11 @@
 // get a thread each. Accumulation in float for float32 and the 16-bit floats, double for float64; NaN and
 // infinity as the CPU kernels (tensor/cpu/softmax_kernels.h): a NaN or +inf in a slice, or a slice of -inf
 // only, makes the whole softmax slice NaN; logsumexp uses 0 as the shift where the max is infinite.
+// Not yet split like the reductions: a long slice with few slices beside it (logsumexp of a whole large
+// tensor, softmax along dim 0 of a (10^6, 4) tensor) runs on one block or a few threads.
 #include "cuda_common.cuh"
+
+#include <limits>
 
 namespace troupe::cuda {
 
@@ -166,6 +170,7 @@ void check_same(const char* op, const Tensor& a, const char* what, const Tensor&
 template <int Mode>
 void softmax_family(const char* op, const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) {
   const int dev = common_device(op, {&out, &in});
+  if (!is_floating_point(in.dtype())) bad_dtype(op, in.dtype());
   check_same(op, in, "the input", in);
   check_same(op, out, "the output", in);
   const int64_t want_out = Mode == 2 ? outer * inner : outer * r * inner;
@@ -203,6 +208,7 @@ void CudaBackend::softmax_backward(const Tensor& grad_in, const Tensor& grad_out
                                    int64_t r, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   const int dev = common_device(op, {&grad_in, &grad_out, &out});
+  if (!is_floating_point(out.dtype())) bad_dtype(op, out.dtype());
   check_same(op, grad_out, "the output's gradient", out);
   check_same(op, grad_in, "the input's gradient", out);
   if (out.numel() != rows * r || grad_out.numel() != rows * r || grad_in.numel() != rows * r)
