@@ -388,6 +388,40 @@ TEST(CudaElementwise, ZeroDimCpuTensorActsAsANumber) {
   EXPECT_TRUE(tensors_close(w.cpu(), where(gt(x, 0.0), x, full({}, -1.0)), 0, 0, true));
 }
 
+// Contiguous operands (and one-value inputs) take the unrolled kernels: sizes that are not a multiple of a
+// block's elements, more elements than one grid covers (2^26 + 1001: the grid-stride loop), in place
+// (the output is an input), a number broadcast, 16-bit floats, comparisons and integer errors.
+TEST(CudaElementwise, ContiguousOperandsMatchCpu) {
+  TROUPE_REQUIRE_CUDA();
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1023), int64_t(1025), int64_t(300001), (int64_t(1) << 26) + 1001}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    Tensor a = sample(kFloat32, {n}, 60), b = sample(kFloat32, {n}, 61);
+    Tensor ga = a.cuda(), gb = b.cuda();
+    EXPECT_TRUE(tensors_close(add(ga, gb).cpu(), add(a, b), 0, 0, true));
+    EXPECT_TRUE(tensors_close(sub(ga, gb, 2.0).cpu(), sub(a, b, 2.0), 1e-6, 1e-6, true));
+    EXPECT_TRUE(tensors_close(mul(ga, 0.9).cpu(), mul(a, 0.9), 1e-6, 0, true));
+    EXPECT_TRUE(tensors_close(exp(ga).cpu(), exp(a), 1e-6, 0, true));
+    EXPECT_TRUE(same_bytes(lt(ga, gb).cpu(), lt(a, b)));
+    if (n > 100000) continue;
+    Tensor c = ga.clone();
+    c.add_(gb, 0.5);  // in place: the output is the first input
+    EXPECT_TRUE(tensors_close(c.cpu(), add(a, b, 0.5), 1e-6, 1e-6, true));
+    Tensor h = sample(kBFloat16, {n}, 62), k = sample(kBFloat16, {n}, 63);
+    EXPECT_TRUE(tensors_close(mul(h.cuda(), k.cuda()).cpu(), mul(h, k), 0, 0, true));
+    EXPECT_TRUE(tensors_close(relu(h.cuda()).cpu(), relu(h), 0, 0, true));
+  }
+  // the backend's integer division (floor, as on the CPU) reports a zero divisor from the unrolled kernel
+  Tensor i = sample(kInt64, {5000}, 64), j = sample(kInt64, {5000}, 65).mul(2).add(1);  // odd: no zero
+  j.narrow(0, 4321, 1).fill_(0);
+  Tensor q = empty({5000}, TensorOptions().dtype(kInt64).device(Device(kCUDA, 0)));
+  expect_error([&] { backend(kCUDA).binary(BinaryOp::Div, q, i.cuda(), j.cuda(), 1); }, "integer division by zero");
+  j.narrow(0, 4321, 1).fill_(7);
+  Tensor qc = empty({5000}, TensorOptions().dtype(kInt64));
+  backend(kCUDA).binary(BinaryOp::Div, q, i.cuda(), j.cuda(), 1);
+  backend(kCPU).binary(BinaryOp::Div, qc, i, j, 1);
+  EXPECT_TRUE(same_bytes(q.cpu(), qc));
+}
+
 TEST(CudaElementwise, WhereAndMaskedFill) {
   TROUPE_REQUIRE_CUDA();
   for (ScalarType dt : {kFloat32, kFloat16, kInt64, kBool, kUInt8}) {
