@@ -6,6 +6,7 @@
 
 #include <troupe/optim/fused.h>
 #include <troupe/tensor/autograd.h>
+#include <troupe/tensor/backend.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::optim {
@@ -167,6 +168,38 @@ void adam_update(const Tensor& param, const Tensor& grad, AdamParamState& s, con
                                 ".step] amsgrad is on but the state of a parameter has no max_exp_avg_sq "
                                 "(was it loaded from a run without amsgrad?)");
   s.step(s.step() + 1);
+  if (param.is_cuda() && backend(param).fuses(FusedKernel::AdamStep) &&
+      (param.dtype() == kFloat32 || param.dtype() == kFloat64)) {
+    // One kernel over the parameter (the ops one at a time below are a dozen passes over it).
+    auto same = [&](const Tensor& t) {
+      return !t.defined() || (t.is_contiguous() && t.device() == param.device() && t.dtype() == param.dtype() &&
+                              t.sizes() == param.sizes());
+    };
+    if (param.is_contiguous() && grad.defined() && same(grad) && same(s.exp_avg()) && same(s.exp_avg_sq()) &&
+        (!h.amsgrad || same(s.max_exp_avg_sq()))) {
+      const AdamScalars sc = adam_scalars(h, s.step());
+      AdamStepConsts k;
+      k.sign = h.maximize ? -1 : 1;
+      k.decay = 1 - h.lr * h.weight_decay;
+      k.weight_decay = h.weight_decay;
+      k.beta1 = h.beta1;
+      k.one_minus_beta1 = 1 - h.beta1;
+      k.beta2 = h.beta2;
+      k.one_minus_beta2 = 1 - h.beta2;
+      k.bias_correction2_sqrt = sc.bias_correction2_sqrt;
+      k.eps = h.eps;
+      k.neg_step_size = -sc.step_size;
+      k.grad_decay = !h.decoupled && h.weight_decay != 0;
+      k.amsgrad = h.amsgrad;
+      k.decoupled = h.decoupled;
+      backend(param).adam_step(param, grad, s.exp_avg(), s.exp_avg_sq(), h.amsgrad ? s.max_exp_avg_sq() : Tensor(), k);
+      param.bump_version();
+      s.exp_avg().bump_version();
+      s.exp_avg_sq().bump_version();
+      if (h.amsgrad) s.max_exp_avg_sq().bump_version();
+      return;
+    }
+  }
   if (fused_eligible(param, grad, {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})) {
     if (param.dtype() == kFloat32) adam_fused<float>(param, grad, s, h);
     else adam_fused<double>(param, grad, s, h);

@@ -65,6 +65,9 @@ void Backend::reduce(ReduceKind, const Tensor&, const Tensor&, const Tensor&, in
 }
 void Backend::cumsum(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { not_implemented("cumsum"); }
 bool Backend::fuses(FusedKernel) const { return false; }
+void Backend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStepConsts&) {
+  not_implemented("adam_step");
+}
 void Backend::softmax(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, bool log) {
   not_implemented(log ? "log_softmax" : "softmax");
 }

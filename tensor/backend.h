@@ -35,8 +35,19 @@ enum class BinaryOp : uint8_t {
 enum class ReduceKind : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, All, Any };
 
 /// Fused kernels a backend may offer on top of the primitives. An op asks `fuses(k)` first and, where the
-/// backend has none (CUDA today), composes the result from the primitives instead.
-enum class FusedKernel : uint8_t { Softmax, LogSumExp, ReverseCumsum, VarMeanRows, Norm2Rows };
+/// backend has none, composes the result from the primitives instead. AdamStep: one pass of Adam/AdamW
+/// over a parameter (optim/adam.cpp asks for it on CUDA; the CPU's fused Adam lives in optim).
+enum class FusedKernel : uint8_t { Softmax, LogSumExp, ReverseCumsum, VarMeanRows, Norm2Rows, AdamStep };
+
+/// The constants of one fused Adam/AdamW step (Backend::adam_step), as optim/adam.cpp computes them on the
+/// host: d = sign * g (+ weight_decay * p for Adam's coupled decay); AdamW first scales p by `decay`;
+/// m = b1 m + (1 - b1) d; v = b2 v + (1 - b2) d d; [amsgrad] vmax = max(vmax, v);
+/// p += neg_step_size * m / (sqrt(v or vmax) / bias_correction2_sqrt + eps).
+struct AdamStepConsts {
+  double sign = 1, decay = 1, weight_decay = 0, beta1 = 0.9, one_minus_beta1 = 0.1, beta2 = 0.999,
+         one_minus_beta2 = 0.001, bias_correction2_sqrt = 1, eps = 1e-8, neg_step_size = 0;
+  bool grad_decay = false, amsgrad = false, decoupled = false;
+};
 
 struct Backend {
   virtual ~Backend() = default;
@@ -76,6 +87,10 @@ struct Backend {
                                 int64_t r, bool log);
   /// out (outer, inner) = log(sum(exp(in))) along r.
   virtual void logsumexp(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);
+  /// One Adam/AdamW step in place on contiguous p, m, v (and vmax when amsgrad) from g, all of one floating
+  /// dtype and size (FusedKernel::AdamStep).
+  virtual void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                         const AdamStepConsts& k);
   /// out[j] = sum_{k >= j} in[k] along r (cumsum's backward); any dtype but bool.
   virtual void reverse_cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner);
   /// Per row of in (rows, r), computed in double: var = squared deviations / max(0, r - correction), and the

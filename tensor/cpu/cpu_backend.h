@@ -20,7 +20,7 @@ struct CpuBackend final : Backend {
               int64_t inner) override;
   void cumsum(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner) override;
   // softmax_kernels.cpp (the loops are in softmax_kernels.h)
-  bool fuses(FusedKernel) const override { return true; }
+  bool fuses(FusedKernel k) const override { return k != FusedKernel::AdamStep; }  // (optim fuses Adam on the CPU)
   void softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner, bool log) override;
   void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t rows, int64_t r,
                         bool log) override;

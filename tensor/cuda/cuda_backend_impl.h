@@ -36,6 +36,9 @@ struct CudaBackend final : Backend {
               int64_t pw, int64_t dh, int64_t dw) override;
   void col2im(const Tensor& im, const Tensor& col, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
               int64_t pw, int64_t dh, int64_t dw) override;
+  // optim_kernels.cu (fused Adam/AdamW)
+  void adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                 const AdamStepConsts& k) override;
   // index_kernels.cu (index: int64, contiguous)
   void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
   void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;

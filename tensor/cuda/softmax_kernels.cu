@@ -193,7 +193,9 @@ void softmax_family(const char* op, const Tensor& out, const Tensor& in, int64_t
 
 }  // namespace
 
-bool CudaBackend::fuses(FusedKernel k) const { return k == FusedKernel::Softmax || k == FusedKernel::LogSumExp; }
+bool CudaBackend::fuses(FusedKernel k) const {
+  return k == FusedKernel::Softmax || k == FusedKernel::LogSumExp || k == FusedKernel::AdamStep;
+}
 
 void CudaBackend::softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t r, int64_t inner, bool log) {
   if (log) softmax_family<1>("log_softmax", out, in, outer, r, inner);
