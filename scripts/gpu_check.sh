@@ -18,6 +18,7 @@ suites=(
   "nn_tests *Cuda*:*cuda*"
   "optim_tests *Cuda*:*cuda*"
   "comm_tests *Nccl*:*nccl*"
+  "actors_tests *Cuda*"
 )
 
 pack() {

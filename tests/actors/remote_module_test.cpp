@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <troupe/optim/sgd.h>
+#include <troupe/tensor/backend.h>
 
 #include "actors_helpers.h"
 #include "remote_models.h"
@@ -344,6 +345,54 @@ TEST(RemoteModule, HostErrorsNameTheModuleAndAStoppedHostFails) {
       EXPECT_FALSE(e3.empty());
       EXPECT_TRUE(contains(e3, "blk")) << e3;
       EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+    }
+    ctx.world->barrier();
+  });
+}
+
+// A tree placed on three ranks (one process) and moved to the GPU by to(): the hosts move their subtrees,
+// forward and backward run on CUDA tensors through the proxies, and outputs, gradients and state_dict equal
+// the local tree's on the GPU. Skips without a CUDA device.
+TEST(RemoteModuleCuda, PlacedTreeOnTheGpuMatchesTheLocalTree) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  register_remote_models();
+  on_ranks(3, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      const Device gpu(kCUDA, 0);
+      auto [local, placed] = twin_nets();
+      place(ctx.actors(), placed.ptr(), {{"enc", 1}, {"mid", 2}, {"dec", 1}});
+      local->to(gpu);
+      placed->to(gpu);  // reaches the hosted subtrees
+      EXPECT_TRUE(placed->get_parameter("enc.fc1.weight").is_cuda());
+      EXPECT_TRUE(placed->get_buffer("mid.scale").is_cuda());
+      Tensor x1 = input().detach().to(gpu).requires_grad_(), x2 = input().detach().to(gpu).requires_grad_();
+      Tensor y1 = local->forward(x1);
+      Tensor y2 = placed->forward(x2);
+      EXPECT_TRUE(y2.is_cuda());
+      EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12);
+      (y1 * y1).sum().backward();
+      (y2 * y2).sum().backward();
+      ASSERT_TRUE(x2.grad().defined());
+      EXPECT_TRUE(x2.grad().is_cuda());
+      EXPECT_LT(max_diff(x1.grad().cpu(), x2.grad().cpu()), 1e-12);
+      auto p1 = local->named_parameters();
+      auto p2 = placed->named_parameters();
+      ASSERT_EQ(p1.keys(), p2.keys());
+      for (const auto& [k, p] : p1) {
+        ASSERT_TRUE(p2[k].grad().defined()) << k;
+        EXPECT_TRUE(p2[k].grad().is_cuda()) << k;
+        EXPECT_LT(max_diff(p.grad().cpu(), p2[k].grad().cpu()), 1e-12) << k;
+      }
+      // an SGD step on every host's parameters, then the trees still agree
+      optim::SGD o1(local->parameters(), optim::SGDOptions(0.1)), o2(placed->parameters(), optim::SGDOptions(0.1));
+      o1.step();
+      o2.step();
+      auto a = local->state_dict();
+      auto b = placed->state_dict();
+      ASSERT_EQ(a.keys(), b.keys());
+      for (const auto& [k, t] : a) EXPECT_LT(max_diff(t.cpu(), b[k].cpu()), 1e-12) << k;
+      placed->to(Device(kCPU));
+      EXPECT_TRUE(placed->get_parameter("dec.fc2.bias").is_cpu());
     }
     ctx.world->barrier();
   });
