@@ -7,6 +7,8 @@
 //   softmax 4096x4096    softmax over rows, f32: GB/s counting 2 x 64 MB
 //   add 1K f32           c = a + b on 1,024 floats: us per op (launch and allocator overhead)
 //   MLP step             Linear(1024,4096) ReLU Linear(4096,1024), batch 2048, mse_loss, backward, Adam step
+//   conv2d               3x3, 64 -> 64 channels, batch 32, 56x56, padding 1: forward, sum, backward (PyTorch:
+//                        cuDNN, TF32 off)
 //
 // Timing: each case runs warm-up calls, then `reps` calls between two synchronizes; the median of 7 such
 // samples. --torch runs bench/cuda_torch.py (PyTorch on the same GPU, the same cases and timing) and prints
@@ -148,6 +150,17 @@ int main(int argc, char** argv) {
       opt.step();
     }, 10, sync);
     rows.push_back({"MLP step b2048 1024-4096-1024 Adam", "ms", t * 1e3, -1, false});
+  }
+  {
+    // a ResNet-style 3x3 convolution, forward and backward (input and weight gradients)
+    Tensor cx = randn({32, 64, 56, 56}, f32).requires_grad_(true);
+    Tensor cw = randn({64, 64, 3, 3}, f32).mul(0.05).detach().requires_grad_(true);
+    double t = seconds_per_call([&] {
+      cx.mutable_grad() = Tensor();
+      cw.mutable_grad() = Tensor();
+      conv2d(cx, cw, Tensor(), 1, 1).sum().backward();
+    }, 5, sync);
+    rows.push_back({"conv2d 3x3 64->64 N32 56x56 fwd+bwd", "ms", t * 1e3, -1, false});
   }
   cublasDestroy(h);
 

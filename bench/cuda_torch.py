@@ -24,6 +24,7 @@ def seconds_per_call(f, reps):
 def main():
     quick = "--quick" in sys.argv
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 products in float32, as troupe
+    torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda", 0)
     n = 2048 if quick else 4096
     for dt, dn in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
@@ -54,6 +55,15 @@ def main():
         opt.step()
 
     print(f"RESULT MLP step b2048 1024-4096-1024 Adam = {seconds_per_call(step, 10) * 1e3}")
+    cx = torch.randn(32, 64, 56, 56, device=dev, requires_grad=True)
+    cw = (torch.randn(64, 64, 3, 3, device=dev) * 0.05).requires_grad_(True)
+
+    def conv():
+        cx.grad = None
+        cw.grad = None
+        torch.nn.functional.conv2d(cx, cw, None, 1, 1).sum().backward()
+
+    print(f"RESULT conv2d 3x3 64->64 N32 56x56 fwd+bwd = {seconds_per_call(conv, 5) * 1e3}")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
 
 

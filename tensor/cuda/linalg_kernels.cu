@@ -8,9 +8,11 @@ namespace {
 
 struct ConvGeom {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oH, oW;
+  int64_t col_sn, col_sr;  // strides of the columns' image and row dims (the position dim has stride 1)
 };
 
-/// One thread per column element (n, (c, ki, kj), oh, ow): the image pixel it sees, or 0 in the padding.
+/// One thread per column element (n, (c, ki, kj), oh, ow): the image pixel it sees, or 0 in the padding. The
+/// columns are (N, rows, L) with strides (col_sn, col_sr, 1): contiguous, or a chunk's (rows, N*L) matrix.
 template <typename U>
 __global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom g, const U* im, U* col) {
   const int64_t L = g.oH * g.oW, rows = g.C * g.kh * g.kw, total = g.N * rows * L;
@@ -19,7 +21,8 @@ __global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom g, const U* i
     const int64_t ow = i % g.oW, oh = (i / g.oW) % g.oH, r = (i / L) % rows, n = i / (L * rows);
     const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
     const int64_t ih = oh * g.sh - g.ph + ki * g.dh, iw = ow * g.sw - g.pw + kj * g.dw;
-    col[i] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? im[((n * g.C + c) * g.H + ih) * g.W + iw] : U(0);
+    col[n * g.col_sn + r * g.col_sr + oh * g.oW + ow] =
+        (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? im[((n * g.C + c) * g.H + ih) * g.W + iw] : U(0);
   }
 }
 
@@ -32,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom g, const T* c
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t iw = i % g.W, ih = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C, n = i / (g.W * g.H * g.C);
-    const T* cn = col + n * rows * L;
+    const T* cn = col + n * g.col_sn;
     A acc = A(0);
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       const int64_t th = ih + g.ph - ki * g.dh;  // = oh * sh
@@ -44,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom g, const T* c
         if (tw < 0 || tw % g.sw != 0) continue;
         const int64_t ow = tw / g.sw;
         if (ow >= g.oW) continue;
-        acc += load_as<A>(cn[((c * g.kh + ki) * g.kw + kj) * L + oh * g.oW + ow]);
+        acc += load_as<A>(cn[((c * g.kh + ki) * g.kw + kj) * g.col_sr + oh * g.oW + ow]);
       }
     }
     im[i] = store_as<T>(acc);
@@ -91,8 +94,8 @@ ConvGeom conv_geometry(const char* op, const Tensor& im, const Tensor& col, int6
   if (im.dim() != 3 && im.dim() != 4)
     throw std::invalid_argument(std::string("[") + op + "] expected a (C, H, W) or (N, C, H, W) image, got shape " +
                                 shape_str(im.sizes()));
-  if (!im.is_contiguous() || !col.is_contiguous())
-    throw std::invalid_argument(std::string("[") + op + "] expected contiguous image and columns");
+  if (!im.is_contiguous() || col.dim() < 1 || (col.numel() > 0 && col.stride(col.dim() - 1) != 1))
+    throw std::invalid_argument(std::string("[") + op + "] expected a contiguous image and columns whose last dim has stride 1");
   if (im.dtype() != col.dtype())
     throw std::invalid_argument(std::string("[") + op + "] image and columns must share one dtype, got " +
                                 dtype_name(im.dtype()) + " and " + dtype_name(col.dtype()));
@@ -114,6 +117,8 @@ ConvGeom conv_geometry(const char* op, const Tensor& im, const Tensor& col, int6
   if (!col.sizes().equals(want))
     throw std::invalid_argument(std::string("[") + op + "] columns have shape " + shape_str(col.sizes()) +
                                 ", expected " + shape_str(want) + " for image " + shape_str(im.sizes()));
+  g.col_sn = d == 4 ? col.stride(0) : 0;
+  g.col_sr = col.stride(d == 4 ? 1 : 0);
   return g;
 }
 

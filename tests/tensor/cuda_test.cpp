@@ -836,6 +836,20 @@ TEST(CudaConv, Conv2dBackwardMatchesCpu) {
     SCOPED_TRACE("output " + std::to_string(i));
     EXPECT_TRUE(tensors_close(gpu[i], cpu[i], 1e-4, 1e-3, true));
   }
+  // groups, several images in one GEMM (the columns of a chunk side by side), float64
+  Tensor xg = sample(kFloat64, {3, 4, 7, 6}, 54), wg = sample(kFloat64, {6, 2, 3, 3}, 55);
+  auto run_g = [&](Device dev) {
+    Tensor xi = xg.detach().to(dev).requires_grad_(), wi = wg.detach().to(dev).requires_grad_();
+    Tensor y = conv2d(xi, wi, Tensor(), 1, 1, 1, 2);
+    (y * y).sum().backward();
+    return std::vector<Tensor>{y.detach().cpu(), xi.grad().cpu(), wi.grad().cpu()};
+  };
+  auto cg = run_g(Device(kCPU));
+  auto gg = run_g(Device(kCUDA, 0));
+  for (size_t i = 0; i < cg.size(); ++i) {
+    SCOPED_TRACE("grouped output " + std::to_string(i));
+    EXPECT_TRUE(tensors_close(gg[i], cg[i], 1e-11, 1e-11, true));
+  }
 }
 
 // Pooling on CUDA runs through index ops (tensor/pool.cpp): values, indices and gradients as the CPU's.
