@@ -11,47 +11,81 @@ struct ConvGeom {
   int64_t col_sn, col_sr;  // strides of the columns' image and row dims (the position dim has stride 1)
 };
 
-/// One thread per column element (n, (c, ki, kj), oh, ow): the image pixel it sees, or 0 in the padding. The
-/// columns are (N, rows, L) with strides (col_sn, col_sr, 1): contiguous, or a chunk's (rows, N*L) matrix.
-template <typename U>
+/// One thread per output position and channel (n, c, oh, ow), writing the column elements of its kh x kw
+/// window: the image pixel each sees, or 0 in the padding. The columns are (N, rows, L) with strides (col_sn,
+/// col_sr, 1): contiguous, or a chunk's (rows, N*L) matrix. Index arithmetic in I: int when every offset fits
+/// (divisions in 64 bits cost several times more), else int64_t; the divisions are paid once a window.
+template <typename U, typename I>
 __global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom g, const U* im, U* col) {
-  const int64_t L = g.oH * g.oW, rows = g.C * g.kh * g.kw, total = g.N * rows * L;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
-    const int64_t ow = i % g.oW, oh = (i / g.oW) % g.oH, r = (i / L) % rows, n = i / (L * rows);
-    const int64_t kj = r % g.kw, ki = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
-    const int64_t ih = oh * g.sh - g.ph + ki * g.dh, iw = ow * g.sw - g.pw + kj * g.dw;
-    col[n * g.col_sn + r * g.col_sr + oh * g.oW + ow] =
-        (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? im[((n * g.C + c) * g.H + ih) * g.W + iw] : U(0);
+  const I oW = I(g.oW), oH = I(g.oH), C = I(g.C), H = I(g.H), W = I(g.W), kh = I(g.kh), kw = I(g.kw);
+  const I sh = I(g.sh), sw = I(g.sw), ph = I(g.ph), pw = I(g.pw), dh = I(g.dh), dw = I(g.dw);
+  const I sn = I(g.col_sn), sr = I(g.col_sr);
+  const I total = I(g.N) * C * oH * oW;
+  const I step = I(blockDim.x) * I(gridDim.x);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
+    const I ow = i % oW;
+    I t = i / oW;
+    const I oh = t % oH;
+    t /= oH;
+    const I c = t % C, n = t / C;
+    const U* img = im + (n * C + c) * H * W;
+    U* out = col + n * sn + c * kh * kw * sr + oh * oW + ow;
+    const I ih0 = oh * sh - ph, iw0 = ow * sw - pw;
+    for (I ki = 0; ki < kh; ++ki) {
+      const I ih = ih0 + ki * dh;
+      const bool row_in = ih >= 0 && ih < H;
+      for (I kj = 0; kj < kw; ++kj) {
+        const I iw = iw0 + kj * dw;
+        *out = (row_in && iw >= 0 && iw < W) ? img[ih * W + iw] : U(0);
+        out += sr;
+      }
+    }
   }
 }
 
 /// One thread per image pixel (n, c, ih, iw): the sum of the column elements that saw it, in the CPU's
-/// (ki, kj) order.
-template <typename T>
+/// (ki, kj) order. Index arithmetic in I, as im2col_kernel.
+template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom g, const T* col, T* im) {
   using A = math_t<T>;
-  const int64_t L = g.oH * g.oW, rows = g.C * g.kh * g.kw, total = g.N * g.C * g.H * g.W;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
-    const int64_t iw = i % g.W, ih = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C, n = i / (g.W * g.H * g.C);
-    const T* cn = col + n * g.col_sn;
+  const I oW = I(g.oW), oH = I(g.oH), C = I(g.C), H = I(g.H), W = I(g.W), kh = I(g.kh), kw = I(g.kw);
+  const I sh = I(g.sh), sw = I(g.sw), ph = I(g.ph), pw = I(g.pw), dh = I(g.dh), dw = I(g.dw);
+  const I sn = I(g.col_sn), sr = I(g.col_sr);
+  const I total = I(g.N) * C * H * W;
+  const I step = I(blockDim.x) * I(gridDim.x);
+  for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
+    const I iw = i % W;
+    I t = i / W;
+    const I ih = t % H;
+    t /= H;
+    const I c = t % C, n = t / C;
+    const T* cn = col + n * sn + c * kh * kw * sr;
     A acc = A(0);
-    for (int64_t ki = 0; ki < g.kh; ++ki) {
-      const int64_t th = ih + g.ph - ki * g.dh;  // = oh * sh
-      if (th < 0 || th % g.sh != 0) continue;
-      const int64_t oh = th / g.sh;
-      if (oh >= g.oH) continue;
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const int64_t tw = iw + g.pw - kj * g.dw;
-        if (tw < 0 || tw % g.sw != 0) continue;
-        const int64_t ow = tw / g.sw;
-        if (ow >= g.oW) continue;
-        acc += load_as<A>(cn[((c * g.kh + ki) * g.kw + kj) * g.col_sr + oh * g.oW + ow]);
+    for (I ki = 0; ki < kh; ++ki) {
+      const I th = ih + ph - ki * dh;  // = oh * sh
+      if (th < 0 || th % sh != 0) continue;
+      const I oh = th / sh;
+      if (oh >= oH) continue;
+      for (I kj = 0; kj < kw; ++kj) {
+        const I tw = iw + pw - kj * dw;
+        if (tw < 0 || tw % sw != 0) continue;
+        const I ow = tw / sw;
+        if (ow >= oW) continue;
+        acc += load_as<A>(cn[(ki * kw + kj) * sr + oh * oW + ow]);
       }
     }
     im[i] = store_as<T>(acc);
   }
+}
+
+/// Whether every index of im2col/col2im over `g` (the image's elements, the columns' offsets, and the
+/// intermediate products) fits in an int.
+bool fits_int(const ConvGeom& g) {
+  const int64_t lim = int64_t(INT32_MAX) / 2;
+  const int64_t rows = g.C * g.kh * g.kw, L = g.oH * g.oW;
+  const int64_t col_end = (g.N - 1) * g.col_sn + (rows - 1) * g.col_sr + L + rows * g.col_sr;
+  return g.N * g.C * g.H * g.W < lim && g.N * g.C * L < lim && col_end < lim &&
+         (g.H + 2 * g.ph + g.kh * g.dh) * (g.W + 2 * g.pw + g.kw * g.dw) < lim;
 }
 
 /// How a 2-D strided matrix maps onto BLAS storage (see cpu/linalg_kernels.cpp): trans == false:
@@ -240,9 +274,12 @@ void CudaBackend::im2col(const Tensor& col, const Tensor& im, int64_t kh, int64_
   const int64_t total = col.numel();
   if (total == 0) return;
   DeviceGuard guard(dev);
+  const int64_t threads = g.N * g.C * g.oH * g.oW;
+  const bool small = fits_int(g);
   dispatch_size(im.element_size(), [&](auto u) {
     using U = decltype(u);
-    im2col_kernel<U><<<grid_for(total), kThreads>>>(g, ptr<U>(im), ptr<U>(col));
+    if (small) im2col_kernel<U, int><<<grid_for(threads), kThreads>>>(g, ptr<U>(im), ptr<U>(col));
+    else im2col_kernel<U, int64_t><<<grid_for(threads), kThreads>>>(g, ptr<U>(im), ptr<U>(col));
     TROUPE_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -257,7 +294,8 @@ void CudaBackend::col2im(const Tensor& im, const Tensor& col, int64_t kh, int64_
   dispatch_all(im.dtype(), [&](auto tag) {
     using T = dev_t<decltype(tag)>;
     if constexpr (!std::is_same_v<T, bool>) {
-      col2im_kernel<T><<<grid_for(im.numel()), kThreads>>>(g, ptr<T>(col), ptr<T>(im));
+      if (fits_int(g)) col2im_kernel<T, int><<<grid_for(im.numel()), kThreads>>>(g, ptr<T>(col), ptr<T>(im));
+      else col2im_kernel<T, int64_t><<<grid_for(im.numel()), kThreads>>>(g, ptr<T>(col), ptr<T>(im));
       TROUPE_CUDA_CHECK(cudaGetLastError());
     }
   });
