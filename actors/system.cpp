@@ -760,7 +760,8 @@ class System {
   void lane_call(const ActorRef& to, const caf::actor& h, uint64_t id, const std::string& method, List args,
                  const CallStatePtr& state) {
     const int dest = to.rank();
-    if (has_refs(args) || !lane_fits(args, dest, /*one_way=*/id == 0)) {
+    int64_t weight = -1;
+    if (has_refs(args) || !lane_fits(args, dest, /*one_way=*/id == 0, &weight)) {
       check_encodable(args);  // a Call CAF fails to serialise would leave a hole in the sequence
       caf::actor router;
       {
@@ -781,7 +782,7 @@ class System {
     lh.from_rank = first_rank_;
     lh.text = method;
     std::vector<Tensor> bodies;
-    std::string head = lane_encode(lh, args, bodies);
+    std::string head = lane_encode(lh, args, bodies, weight);
     const uint64_t seq = next_seq(dest);
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     if (state) state->set_inline(lane_waiter_, id);
@@ -821,7 +822,8 @@ class System {
 
   /// Answers request `id` of rank `dest`, which came on the lane.
   void lane_reply(int dest, uint64_t id, bool ok, Value result, std::string error) {
-    if (ok && (has_refs(result) || !lane_fits(List{result}, dest))) {
+    int64_t weight = -1;
+    if (ok && (has_refs(result) || !lane_fits(List{result}, dest, false, &weight))) {
       caf::actor router;
       {
         std::lock_guard<std::mutex> g(mu_);
@@ -844,7 +846,7 @@ class System {
     try {
       List values;
       if (ok) values.push_back(std::move(result));
-      head = lane_encode(lh, values, bodies);
+      head = lane_encode(lh, values, bodies, weight);
     } catch (const std::exception& e) {
       lh.ok = false;
       lh.text = std::string("its result could not be sent: ") + e.what();
@@ -1198,10 +1200,12 @@ class System {
     std::map<uint64_t, Held> held;
   };
 
-  /// True when values take the lane (the others go by CAF; see kLaneSmallBytes).
-  bool lane_fits(const List& values, int dest, bool one_way = false) const {
+  /// True when values take the lane (the others go by CAF; see kLaneSmallBytes); their bytes into *weight
+  /// (for lane_encode's buffer).
+  bool lane_fits(const List& values, int dest, bool one_way = false, int64_t* weight = nullptr) const {
     int64_t total = 0, largest = 0;
     for (const Value& v : values) weigh(v, total, largest);
+    if (weight) *weight = total;
     // To another node with TROUPE_ACTOR_LANE_REMOTE_BYTES=N set: only a message with a tensor of N bytes
     // or more takes the lane, and a one-way message that fits in one eager head (see kLaneRemoteBytes).
     if (lane_remote_bytes_ > 0 && !lane_->on_node(dest)) {
@@ -1215,14 +1219,18 @@ class System {
   /// The lane's head (fields and the values' blob) for `values`: tensors in it, in order, while their bytes
   /// together stay within lane_inline_bytes_; the others to `bodies` (contiguous CPU), their sizes into
   /// lh.bodies.
-  std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies) {
+  std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies, int64_t weight = -1) {
     // The fields (no bodies yet: the body count is their last 4 bytes), then the values' blob straight
     // after them, in one buffer sized ahead; a message with bodies gets their sizes put in after the
     // count (one move of the blob). Until 2026-11-28 the blob was built apart and copied in after the
     // fields (a second allocation and copy of every inlined tensor).
+    // `weight`: the values' bytes as lane_fits weighed them (negative: weighed here).
     lh.bodies.clear();
-    int64_t total = 0, largest = 0;
-    for (const Value& v : values) weigh(v, total, largest);
+    int64_t total = weight, largest = 0;
+    if (total < 0) {
+      total = 0;
+      for (const Value& v : values) weigh(v, total, largest);
+    }
     std::string head;
     head.reserve(static_cast<size_t>(96 + static_cast<int64_t>(lh.text.size()) + std::min(total, lane_inline_bytes_ + 4096)));
     wire::encode_lane_head(lh, head);

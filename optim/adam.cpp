@@ -112,19 +112,32 @@ AdamScalars adam_scalars(const detail::AdamHyper& h, int64_t step) {
   return {std::sqrt(bias_correction2), h.lr / bias_correction1};
 }
 
+/// The constants of step `step` of the fused pass, for the CPU loop and a backend's kernel alike.
+AdamStepConsts adam_step_consts(const detail::AdamHyper& h, int64_t step) {
+  const AdamScalars sc = adam_scalars(h, step);
+  AdamStepConsts k;
+  k.sign = h.maximize ? -1 : 1;
+  k.decay = 1 - h.lr * h.weight_decay;
+  k.weight_decay = h.weight_decay;
+  k.beta1 = h.beta1;
+  k.one_minus_beta1 = 1 - h.beta1;
+  k.beta2 = h.beta2;
+  k.one_minus_beta2 = 1 - h.beta2;
+  k.bias_correction2_sqrt = sc.bias_correction2_sqrt;
+  k.eps = h.eps;
+  k.neg_step_size = -sc.step_size;
+  k.grad_decay = !h.decoupled && h.weight_decay != 0;
+  k.amsgrad = h.amsgrad;
+  k.decoupled = h.decoupled;
+  return k;
+}
+
 template <class T>
 void adam_fused(const Tensor& param, const Tensor& grad, AdamParamState& s, const detail::AdamHyper& h) {
-  const AdamScalars sc = adam_scalars(h, s.step());
-  const AdamConsts<T> k{T(h.maximize ? -1 : 1),
-                        T(1 - h.lr * h.weight_decay),
-                        T(h.weight_decay),
-                        T(h.beta1),
-                        T(1 - h.beta1),
-                        T(h.beta2),
-                        T(1 - h.beta2),
-                        T(sc.bias_correction2_sqrt),
-                        T(h.eps),
-                        T(-sc.step_size)};
+  const AdamStepConsts c = adam_step_consts(h, s.step());
+  const AdamConsts<T> k{T(c.sign),  T(c.decay), T(c.weight_decay),          T(c.beta1),
+                        T(c.one_minus_beta1),   T(c.beta2), T(c.one_minus_beta2), T(c.bias_correction2_sqrt),
+                        T(c.eps),   T(c.neg_step_size)};
   using Fn = void (*)(T*, const T*, T*, T*, T*, int64_t, const AdamConsts<T>&);
   Fn fn = nullptr;
   const bool avx2 = detail::cpu_has_avx2_fma();
@@ -169,36 +182,15 @@ void adam_update(const Tensor& param, const Tensor& grad, AdamParamState& s, con
                                 "(was it loaded from a run without amsgrad?)");
   s.step(s.step() + 1);
   if (param.is_cuda() && backend(param).fuses(FusedKernel::AdamStep) &&
-      (param.dtype() == kFloat32 || param.dtype() == kFloat64)) {
+      fused_eligible(param, grad, {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()}, kCUDA)) {
     // One kernel over the parameter (the ops one at a time below are a dozen passes over it).
-    auto same = [&](const Tensor& t) {
-      return !t.defined() || (t.is_contiguous() && t.device() == param.device() && t.dtype() == param.dtype() &&
-                              t.sizes() == param.sizes());
-    };
-    if (param.is_contiguous() && grad.defined() && same(grad) && same(s.exp_avg()) && same(s.exp_avg_sq()) &&
-        (!h.amsgrad || same(s.max_exp_avg_sq()))) {
-      const AdamScalars sc = adam_scalars(h, s.step());
-      AdamStepConsts k;
-      k.sign = h.maximize ? -1 : 1;
-      k.decay = 1 - h.lr * h.weight_decay;
-      k.weight_decay = h.weight_decay;
-      k.beta1 = h.beta1;
-      k.one_minus_beta1 = 1 - h.beta1;
-      k.beta2 = h.beta2;
-      k.one_minus_beta2 = 1 - h.beta2;
-      k.bias_correction2_sqrt = sc.bias_correction2_sqrt;
-      k.eps = h.eps;
-      k.neg_step_size = -sc.step_size;
-      k.grad_decay = !h.decoupled && h.weight_decay != 0;
-      k.amsgrad = h.amsgrad;
-      k.decoupled = h.decoupled;
-      backend(param).adam_step(param, grad, s.exp_avg(), s.exp_avg_sq(), h.amsgrad ? s.max_exp_avg_sq() : Tensor(), k);
-      param.bump_version();
-      s.exp_avg().bump_version();
-      s.exp_avg_sq().bump_version();
-      if (h.amsgrad) s.max_exp_avg_sq().bump_version();
-      return;
-    }
+    backend(param).adam_step(param, grad, s.exp_avg(), s.exp_avg_sq(), h.amsgrad ? s.max_exp_avg_sq() : Tensor(),
+                             adam_step_consts(h, s.step()));
+    param.bump_version();
+    s.exp_avg().bump_version();
+    s.exp_avg_sq().bump_version();
+    if (h.amsgrad) s.max_exp_avg_sq().bump_version();
+    return;
   }
   if (fused_eligible(param, grad, {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()})) {
     if (param.dtype() == kFloat32) adam_fused<float>(param, grad, s, h);

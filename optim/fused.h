@@ -96,13 +96,16 @@ inline bool cpu_has_avx2_fma() {
 #endif
 }
 
-/// True when the fused path applies: `param` is a contiguous float32/float64 CPU tensor, and `grad`
-/// and every defined tensor of `state` are contiguous CPU tensors of its dtype and sizes.
-inline bool fused_eligible(const Tensor& param, const Tensor& grad, std::initializer_list<const Tensor*> state) {
-  if (!param.is_cpu() || !param.is_contiguous()) return false;
+/// True when the fused path applies: `param` is a contiguous float32/float64 tensor on a device of type
+/// `on` (the CPU's loops here; a backend's kernel for CUDA), and `grad` and every defined tensor of `state`
+/// are contiguous tensors of its device, dtype and sizes.
+inline bool fused_eligible(const Tensor& param, const Tensor& grad, std::initializer_list<const Tensor*> state,
+                           DeviceType on = kCPU) {
+  if (param.device().type != on || !param.is_contiguous()) return false;
   if (param.dtype() != kFloat32 && param.dtype() != kFloat64) return false;
   auto same = [&](const Tensor& t) {
-    return t.is_cpu() && t.is_contiguous() && t.dtype() == param.dtype() && t.sizes() == param.sizes();
+    return t.device() == param.device() && t.is_contiguous() && t.dtype() == param.dtype() &&
+           t.sizes() == param.sizes();
   };
   if (!same(grad)) return false;
   for (const Tensor* s : state)

@@ -250,6 +250,27 @@ TROUPE_DM1(m_trunc, truncf, trunc)
 #undef TROUPE_DM1
 __device__ __forceinline__ float m_pow(float a, float b) { return ::powf(a, b); }
 __device__ __forceinline__ double m_pow(double a, double b) { return ::pow(a, b); }
+__device__ __forceinline__ float m_fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+__device__ __forceinline__ double m_fma(double a, double b, double c) { return ::fma(a, b, c); }
+
+/// max and min that propagate NaN (torch.maximum / minimum; softmax's and Adam's max).
+template <typename C>
+__device__ __forceinline__ C nan_max(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a > b ? a : b;
+}
+template <typename C>
+__device__ __forceinline__ C nan_min(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a < b ? a : b;
+}
+
 
 // ================================================================ geometry
 

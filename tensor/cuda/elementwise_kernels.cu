@@ -166,23 +166,6 @@ struct PredicateF {
 
 // ================================================================ binary
 
-template <typename C>
-__device__ __forceinline__ C nan_max(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (a != a) return a;
-    if (b != b) return b;
-  }
-  return a > b ? a : b;
-}
-template <typename C>
-__device__ __forceinline__ C nan_min(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (a != a) return a;
-    if (b != b) return b;
-  }
-  return a < b ? a : b;
-}
-
 constexpr bool is_comparison(BinaryOp op) {
   return op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Le ||
          op == BinaryOp::Gt || op == BinaryOp::Ge || op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr;

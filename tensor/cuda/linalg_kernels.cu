@@ -11,33 +11,41 @@ struct ConvGeom {
   int64_t col_sn, col_sr;  // strides of the columns' image and row dims (the position dim has stride 1)
 };
 
+/// ConvGeom's fields in the index type I of a kernel.
+template <typename I>
+struct ConvGeomAs {
+  I N, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, oH, oW, col_sn, col_sr;
+  __device__ explicit ConvGeomAs(const ConvGeom& g)
+      : N(I(g.N)), C(I(g.C)), H(I(g.H)), W(I(g.W)), kh(I(g.kh)), kw(I(g.kw)), sh(I(g.sh)), sw(I(g.sw)),
+        ph(I(g.ph)), pw(I(g.pw)), dh(I(g.dh)), dw(I(g.dw)), oH(I(g.oH)), oW(I(g.oW)), col_sn(I(g.col_sn)),
+        col_sr(I(g.col_sr)) {}
+};
+
 /// One thread per output position and channel (n, c, oh, ow), writing the column elements of its kh x kw
 /// window: the image pixel each sees, or 0 in the padding. The columns are (N, rows, L) with strides (col_sn,
 /// col_sr, 1): contiguous, or a chunk's (rows, N*L) matrix. Index arithmetic in I: int when every offset fits
 /// (divisions in 64 bits cost several times more), else int64_t; the divisions are paid once a window.
 template <typename U, typename I>
-__global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom g, const U* im, U* col) {
-  const I oW = I(g.oW), oH = I(g.oH), C = I(g.C), H = I(g.H), W = I(g.W), kh = I(g.kh), kw = I(g.kw);
-  const I sh = I(g.sh), sw = I(g.sw), ph = I(g.ph), pw = I(g.pw), dh = I(g.dh), dw = I(g.dw);
-  const I sn = I(g.col_sn), sr = I(g.col_sr);
-  const I total = I(g.N) * C * oH * oW;
+__global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom geo, const U* im, U* col) {
+  const ConvGeomAs<I> g(geo);
+  const I total = g.N * g.C * g.oH * g.oW;
   const I step = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
-    const I ow = i % oW;
-    I t = i / oW;
-    const I oh = t % oH;
-    t /= oH;
-    const I c = t % C, n = t / C;
-    const U* img = im + (n * C + c) * H * W;
-    U* out = col + n * sn + c * kh * kw * sr + oh * oW + ow;
-    const I ih0 = oh * sh - ph, iw0 = ow * sw - pw;
-    for (I ki = 0; ki < kh; ++ki) {
-      const I ih = ih0 + ki * dh;
-      const bool row_in = ih >= 0 && ih < H;
-      for (I kj = 0; kj < kw; ++kj) {
-        const I iw = iw0 + kj * dw;
-        *out = (row_in && iw >= 0 && iw < W) ? img[ih * W + iw] : U(0);
-        out += sr;
+    const I ow = i % g.oW;
+    I t = i / g.oW;
+    const I oh = t % g.oH;
+    t /= g.oH;
+    const I c = t % g.C, n = t / g.C;
+    const U* img = im + (n * g.C + c) * g.H * g.W;
+    U* out = col + n * g.col_sn + c * g.kh * g.kw * g.col_sr + oh * g.oW + ow;
+    const I ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
+    for (I ki = 0; ki < g.kh; ++ki) {
+      const I ih = ih0 + ki * g.dh;
+      const bool row_in = ih >= 0 && ih < g.H;
+      for (I kj = 0; kj < g.kw; ++kj) {
+        const I iw = iw0 + kj * g.dw;
+        *out = (row_in && iw >= 0 && iw < g.W) ? img[ih * g.W + iw] : U(0);
+        out += g.col_sr;
       }
     }
   }
@@ -46,32 +54,30 @@ __global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom g, const U* i
 /// One thread per image pixel (n, c, ih, iw): the sum of the column elements that saw it, in the CPU's
 /// (ki, kj) order. Index arithmetic in I, as im2col_kernel.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom g, const T* col, T* im) {
+__global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom geo, const T* col, T* im) {
   using A = math_t<T>;
-  const I oW = I(g.oW), oH = I(g.oH), C = I(g.C), H = I(g.H), W = I(g.W), kh = I(g.kh), kw = I(g.kw);
-  const I sh = I(g.sh), sw = I(g.sw), ph = I(g.ph), pw = I(g.pw), dh = I(g.dh), dw = I(g.dw);
-  const I sn = I(g.col_sn), sr = I(g.col_sr);
-  const I total = I(g.N) * C * H * W;
+  const ConvGeomAs<I> g(geo);
+  const I total = g.N * g.C * g.H * g.W;
   const I step = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
-    const I iw = i % W;
-    I t = i / W;
-    const I ih = t % H;
-    t /= H;
-    const I c = t % C, n = t / C;
-    const T* cn = col + n * sn + c * kh * kw * sr;
+    const I iw = i % g.W;
+    I t = i / g.W;
+    const I ih = t % g.H;
+    t /= g.H;
+    const I c = t % g.C, n = t / g.C;
+    const T* cn = col + n * g.col_sn + c * g.kh * g.kw * g.col_sr;
     A acc = A(0);
-    for (I ki = 0; ki < kh; ++ki) {
-      const I th = ih + ph - ki * dh;  // = oh * sh
-      if (th < 0 || th % sh != 0) continue;
-      const I oh = th / sh;
-      if (oh >= oH) continue;
-      for (I kj = 0; kj < kw; ++kj) {
-        const I tw = iw + pw - kj * dw;
-        if (tw < 0 || tw % sw != 0) continue;
-        const I ow = tw / sw;
-        if (ow >= oW) continue;
-        acc += load_as<A>(cn[(ki * kw + kj) * sr + oh * oW + ow]);
+    for (I ki = 0; ki < g.kh; ++ki) {
+      const I th = ih + g.ph - ki * g.dh;  // = oh * sh
+      if (th < 0 || th % g.sh != 0) continue;
+      const I oh = th / g.sh;
+      if (oh >= g.oH) continue;
+      for (I kj = 0; kj < g.kw; ++kj) {
+        const I tw = iw + g.pw - kj * g.dw;
+        if (tw < 0 || tw % g.sw != 0) continue;
+        const I ow = tw / g.sw;
+        if (ow >= g.oW) continue;
+        acc += load_as<A>(cn[(ki * g.kw + kj) * g.col_sr + oh * g.oW + ow]);
       }
     }
     im[i] = store_as<T>(acc);

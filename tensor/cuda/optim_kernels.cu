@@ -14,16 +14,6 @@ struct AdamK {
       neg_step_size;
 };
 
-__device__ __forceinline__ float m_fma(float a, float b, float c) { return ::fmaf(a, b, c); }
-__device__ __forceinline__ double m_fma(double a, double b, double c) { return ::fma(a, b, c); }
-
-/// max that propagates NaN (torch.maximum).
-template <typename T>
-__device__ __forceinline__ T nan_maximum(T a, T b) {
-  if (a != a || b != b) return a + b;
-  return a > b ? a : b;
-}
-
 template <typename T, bool kGradDecay, bool kAmsgrad, bool kDecoupled>
 __global__ void __launch_bounds__(kThreads)
     adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, AdamK<T> k) {
@@ -38,7 +28,7 @@ __global__ void __launch_bounds__(kThreads)
     m[i] = mi;
     v[i] = vi;
     if constexpr (kAmsgrad) {
-      vi = nan_maximum(vmax[i], vi);
+      vi = nan_max(vmax[i], vi);
       vmax[i] = vi;
     }
     const T denom = m_sqrt(vi) / k.bias_correction2_sqrt + k.eps;

@@ -95,6 +95,20 @@ struct LogicalR {
   __device__ void write(int64_t k, V v, int64_t) const { out[k] = v ? 1 : 0; }
 };
 
+/// Merges every thread's (v, ix) of the block into sv[0], si[0] (a tree in shared memory, kThreads
+/// entries each); all threads of the block call it.
+template <typename R>
+__device__ __forceinline__ void block_merge(const R& red, typename R::V* sv, int64_t* si, typename R::V v, int64_t ix) {
+  const int t = threadIdx.x;
+  sv[t] = v;
+  si[t] = ix;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
+    __syncthreads();
+  }
+}
+
 /// One thread per output (o, c) of (outer, r, inner): sequential over r (coalesced across c).
 template <typename T, typename R>
 __global__ void __launch_bounds__(kThreads)
@@ -123,13 +137,7 @@ __global__ void __launch_bounds__(kThreads) reduce_block_kernel(const T* in, int
     V v = red.init();
     int64_t ix = -1;
     for (int64_t j = t; j < r; j += kThreads) red.step(v, ix, p[j], j);
-    sv[t] = v;
-    si[t] = ix;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
-      __syncthreads();
-    }
+    block_merge(red, sv, si, v, ix);
     if (t == 0) red.write(o, sv[0], si[0]);
     __syncthreads();
   }
@@ -151,13 +159,7 @@ __global__ void __launch_bounds__(kThreads) reduce_chunk_kernel(const T* in, int
     V v = red.init();
     int64_t ix = -1;
     for (int64_t j = j0 + t; j < j1; j += kThreads) red.step(v, ix, p[j], j);
-    sv[t] = v;
-    si[t] = ix;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
-      __syncthreads();
-    }
+    block_merge(red, sv, si, v, ix);
     if (t == 0) {
       pv[k] = sv[0];
       pi[k] = si[0];
@@ -178,13 +180,7 @@ __global__ void __launch_bounds__(kThreads) reduce_partials_kernel(const typenam
     V v = red.init();
     int64_t ix = -1;
     for (int64_t b = t; b < chunks; b += kThreads) red.merge(v, ix, pv[o * chunks + b], pi[o * chunks + b]);
-    sv[t] = v;
-    si[t] = ix;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (t < s) red.merge(sv[t], si[t], sv[t + s], si[t + s]);
-      __syncthreads();
-    }
+    block_merge(red, sv, si, v, ix);
     if (t == 0) red.write(o, sv[0], si[0]);
     __syncthreads();
   }

@@ -17,12 +17,6 @@ namespace {
 
 template <typename T> using sacc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// NaN-propagating max.
-template <typename A>
-__device__ __forceinline__ A nan_max(A m, A v) {
-  return (v > m || v != v) ? v : m;
-}
-
 template <typename A>
 __device__ __forceinline__ A neg_inf() {
   return -std::numeric_limits<A>::infinity();
