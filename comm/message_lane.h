@@ -7,6 +7,9 @@
 //   lane->post(1, head, {t});                            // never blocks; t is kept until it has left
 //   while (auto m = lane->poll()) { ... lane->recv_body(m->source, kFloat32, {4, 4}, 10s) ... }
 //
+// Heads to a rank of the same node travel in a shared-memory ring from this rank to that one (the
+// receiver reads them in place; no MPI call on either side), bodies and heads to other nodes by MPI;
+// TROUPE_LANE_SHM=0 sends every head by MPI.
 // A rank with nothing to do sleeps in idle_wait(): the ranks on one node share a doorbell each (a futex
 // word in an MPI shared-memory window), which post() rings when its destination sleeps, so a sleeping
 // rank wakes as a blocked thread does (the kernel's wake-up) instead of at its next poll.
@@ -91,6 +94,10 @@ class MessageLane {
   virtual bool all_on_node() const = 0;
   /// True when `rank` shares this node with this process (MPI_COMM_TYPE_SHARED); this process is.
   virtual bool on_node(int rank) const = 0;
+  /// The largest head that reaches `dest` in one piece that post() copies out at once: one record of the
+  /// shared-memory ring to a rank of this node (a quarter of the ring), else the eager limit. A larger
+  /// head goes by rendezvous (copied twice, and moved only while this process polls).
+  virtual int64_t head_bytes(int dest) const = 0;
 };
 
 /// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).

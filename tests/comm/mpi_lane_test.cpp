@@ -359,4 +359,55 @@ TEST(MpiMessageLane, PendingSendsCountsOnlyMessagesAboveTheEagerLimit) {
   pg->barrier();
 }
 
+// Heads to a rank of this node go through a shared-memory ring of 1 MB (MessageLane::head_bytes: a
+// quarter of it in one record; TROUPE_LANE_SHM=0, which ctest runs too: the eager limit, every head by
+// MPI). 1,500 heads of 3 KB (4.5 MB) posted while rank 1 sleeps overflow the ring: post() never blocks,
+// what waits for room counts in pending_sends() until rank 1 makes room and rank 0 looks again, and rank 1
+// reads every head in order, with every 10th message's body after its head.
+TEST(MpiMessageLane, HeadsBeyondTheRingsRoomWaitInOrderAndPostNeverBlocks) {
+  LANE_SETUP(pg, lane);
+  const bool ring = std::getenv("TROUPE_LANE_SHM") == nullptr || std::string(std::getenv("TROUPE_LANE_SHM")) != "0";
+  constexpr int kHeads = 1500;
+  auto head = [](int k) {
+    std::string h = "head " + std::to_string(k) + " ";
+    h.resize(3000, static_cast<char>('a' + k % 26));
+    return h;
+  };
+  if (pg->rank() == 0 || pg->rank() == 1) {
+    if (lane->on_node(1 - pg->rank()) && ring) {
+      EXPECT_EQ(lane->head_bytes(1 - pg->rank()), (int64_t{1} << 20) / 4 - 8);
+    } else {
+      EXPECT_EQ(lane->head_bytes(1 - pg->rank()), lane->eager_bytes());
+    }
+  }
+  pg->barrier();
+  if (pg->rank() == 0) {
+    const auto t0 = Clock::now();
+    for (int k = 0; k < kHeads; ++k) {
+      std::vector<Tensor> bodies;
+      if (k % 10 == 0) bodies.push_back(full({16}, static_cast<double>(k), TensorOptions().dtype(kFloat32)));
+      lane->post(1, head(k), std::move(bodies));
+    }
+    EXPECT_LT(ms_since(t0), 2000.0) << "posting 1,500 heads to a rank that does not read waited for it";
+    if (lane->on_node(1) && ring) {
+      EXPECT_GT(lane->pending_sends(), 0u) << "4.5 MB of heads fit a 1 MB ring";
+    }
+    const auto until = Clock::now() + 20s;
+    while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+    EXPECT_EQ(lane->pending_sends(), 0u) << "rank 1 took every head";
+  } else if (pg->rank() == 1) {
+    std::this_thread::sleep_for(300ms);
+    for (int k = 0; k < kHeads; ++k) {
+      auto m = next_head(*lane);
+      ASSERT_EQ(m.source, 0);
+      ASSERT_TRUE(m.head == head(k)) << "head " << k << " came as '" << m.head.substr(0, 12) << "...'";
+      if (k % 10 == 0) {
+        EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {16}, 10000ms), full({16}, static_cast<double>(k), TensorOptions().dtype(kFloat32))));
+      }
+    }
+    EXPECT_FALSE(lane->poll().has_value());
+  }
+  pg->barrier();
+}
+
 #endif  // TROUPE_HAVE_MPI
