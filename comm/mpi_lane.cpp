@@ -238,6 +238,20 @@ class MpiLane final : public MessageLane {
                       ", this is rank " + std::to_string(rank_) + ")");
     }
     if (head.empty()) throw CommError("[message_lane] post to rank " + std::to_string(dest) + ": an empty head");
+    if (bodies.empty() && !out_rings_.empty() && out_rings_[dest] && head.size() <= out_rings_[dest]->max_record()) {
+      // A head alone, copied into the ring when nothing waits for room in it: nothing to keep.
+      bool in = false;
+      {
+        std::lock_guard<std::mutex> g(send_mu_);
+        if (out_.size() >= kReclaimAt) test_sends_locked();
+        in = overflow_[dest].empty() && out_rings_[dest]->push(kRingHead, head.data(), head.size());
+      }
+      if (in) {
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // the head is out before we look
+        ring(dest);
+        return;
+      }
+    }
     auto keep = std::make_shared<Keep>();
     keep->head = std::move(head);
     keep->bodies = std::move(bodies);
