@@ -1,15 +1,16 @@
 // MessageLane: point-to-point byte messages between the processes of one MPI job, for a layer above that
 // frames its own messages (the actor layer's lane: Calls and Replies between processes, actors/system.cpp).
 // A message is a head (bytes) followed by zero or more bodies (tensors), each body one MPI message of its
-// own, sent from and received into the tensor's memory (never copied, never element by element).
+// own, sent from and received into the tensor's memory (never element by element), or, to a rank of this
+// node, pieces in the shared-memory ring (below).
 //
 //   auto lane = comm::make_message_lane(world);          // collective over the world (MPI_Comm_dup)
 //   lane->post(1, head, {t});                            // never blocks; t is kept until it has left
 //   while (auto m = lane->poll()) { ... lane->recv_body(m->source, kFloat32, {4, 4}, 10s) ... }
 //
 // Heads to a rank of the same node travel in a shared-memory ring from this rank to that one (the
-// receiver reads them in place; no MPI call on either side), bodies and heads to other nodes by MPI;
-// TROUPE_LANE_SHM=0 sends every head by MPI.
+// receiver reads them in place; no MPI call on either side), and so do bodies of up to a quarter of the
+// ring; larger bodies, and everything to other nodes, by MPI. TROUPE_LANE_SHM=0 sends all by MPI.
 // A rank with nothing to do sleeps in idle_wait(): the ranks on one node share a doorbell each (a futex
 // word in an MPI shared-memory window), which post() rings when its destination sleeps, so a sleeping
 // rank wakes as a blocked thread does (the kernel's wake-up) instead of at its next poll.
@@ -98,6 +99,9 @@ class MessageLane {
   /// shared-memory ring to a rank of this node (a quarter of the ring), else the eager limit. A larger
   /// head goes by rendezvous (copied twice, and moved only while this process polls).
   virtual int64_t head_bytes(int dest) const = 0;
+  /// The largest body that travels in the shared-memory ring to `dest` (in pieces the peer copies out
+  /// while the next ones go in; post() returns once they are all in), or -1 when bodies to it go by MPI.
+  virtual int64_t ring_body_bytes(int dest) const = 0;
 };
 
 /// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).
