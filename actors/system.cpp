@@ -51,9 +51,8 @@ constexpr int64_t kStopWaitS = 10;
 // 12.6 against 18.4-19.3; at 1-3 KB the head is as fast or faster). Up to then 32 KB for every size, then
 // 4 KB (any tensor below it in the head) until the budget followed the eager limit.
 constexpr int64_t kLaneHeadRoom = 256;
-// A poll of the lane reads at most 64 messages, and stops after 1 MB of bodies when it claimed Calls to
-// run on its thread (System::lane_poll_some).
-constexpr uint64_t kLanePollBodyBytes = uint64_t{1} << 20;
+// A poll of the lane reads at most 64 messages, and stops at the first Call it claimed to run on its
+// thread, or at the reply its thread waits for (System::lane_poll_some).
 // The lane thread polls (yielding the core between looks) for this long after the last message and while
 // its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
@@ -908,21 +907,27 @@ class System {
     return ns_of(now) - (incoming ? lane_remote_in_ns_ : lane_remote_ns_).load(std::memory_order_relaxed) < lane_remote_spin_ns_;
   }
 
-  /// Polls the lane once, handling at most 64 messages; true when one came. The caller holds
-  /// lane_progress_mu_.
-  bool lane_poll_some() {
+  /// Polls the lane once, handling at most 64 messages, until `awaited` completes or a Call was claimed
+  /// to run on this thread; true when one came. The caller holds lane_progress_mu_.
+  bool lane_poll_some(const CallState* awaited = nullptr) {
     bool got = false;
-    poll_body_bytes_ = 0;
     try {
       for (int k = 0; k < 64; ++k) {
         auto in = lane_->poll();
         if (!in) break;
         got = true;
         on_lane_message(in->source, in->head);
-        // Calls claimed to run here hold their tensors until the poll is over: past kLanePollBodyBytes of
-        // bodies, run them first (64 Calls of 4 MB each were once alive at a time, each a fresh block
-        // from the allocator, its pages faulted in: a 4 MB stream ran at 0.67-0.7 of raw MPI in some runs).
-        if (poll_body_bytes_ >= kLanePollBodyBytes && t_lane_runs && !t_lane_runs->empty()) break;
+        // A waiter whose reply this was, or a thread that claimed a Call to run, stops here (and lets
+        // the head go, as the next poll would): one more look cost a 4 KB request between two test hosts
+        // about 2 us (an MPI progress call through TCP), and the Call waited for it (trace medians of
+        // 5,000: the cycle 21.1-22.7 us against 23.3-24.9, the Call read to its handler 0.8-0.9 against
+        // 1.3-1.6; on one host no change beyond the noise). Up to 2026-11-28 a poll went on reading and
+        // ran the Calls it claimed after, bounded by 1 MB of their bodies (64 Calls of 4 MB each were once
+        // alive at a time, each a fresh block from the allocator: a 4 MB stream at 0.67-0.7 of raw MPI).
+        if ((awaited && awaited->done()) || (t_lane_runs && !t_lane_runs->empty())) {
+          lane_->release_head();
+          break;
+        }
       }
     } catch (const std::exception& e) {
       if (!lane_complained_.exchange(true)) std::fprintf(stderr, "[actors] lane: %s\n", e.what());
@@ -955,7 +960,7 @@ class System {
         if (g.owns_lock()) {
           if (!lane_on_.load(std::memory_order_relaxed)) return false;
           t_lane_runs = lane_run_inline_ns_ > 0 && !t_lane_handler ? &runs : nullptr;
-          got = lane_poll_some();
+          got = lane_poll_some(&w);
           t_lane_runs = nullptr;
         }
       }
@@ -1326,7 +1331,6 @@ class System {
                                std::to_string(lh.bodies[next]));
             }
             ++next;
-            poll_body_bytes_ += want;
             return lane_->recv_body(src, dtype, shape, kLaneBodyTimeout);
           });
     } catch (const std::exception& e) {
@@ -1648,7 +1652,6 @@ class System {
   LaneProgress lane_progress_{this};
   int64_t lane_run_inline_ns_ = kLaneRunInlineUs * 1000;  // see kLaneRunInlineUs (0: off)
   int64_t lane_inline_bytes_ = 0;
-  uint64_t poll_body_bytes_ = 0;  // bodies received by the poll under way (under lane_progress_mu_)
   int64_t lane_small_bytes_ = kLaneSmallBytes;
   int64_t lane_body_bytes_ = kLaneBodyBytes;
   int64_t lane_remote_bytes_ = kLaneRemoteBytes;

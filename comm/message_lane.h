@@ -54,6 +54,10 @@ class MessageLane {
   /// One look that never blocks: the next head from any rank, or nullopt (also completes sends that
   /// finished). One thread at a time (the caller serialises polls and recv_body).
   virtual std::optional<Incoming> poll() = 0;
+  /// Lets go of the head the last poll() handed out (its bodies received), as the next poll() would: its
+  /// receive is posted again, or its record in the ring freed, so that a look for the next head (a
+  /// sleeper's, MessageLane::polling's end) does not take it for a new one. The poller's thread.
+  virtual void release_head() = 0;
   /// The next body from `source` in a new tensor of `dtype` and `shape` (the caller bounds its size),
   /// received straight into it; a message of another size is consumed and refused, naming both sizes.
   /// Waits at most `timeout`, or until abort(): CommError then.

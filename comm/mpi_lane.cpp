@@ -462,15 +462,7 @@ class MpiLane final : public MessageLane {
       if (g.owns_lock() && (!out_.empty() || overflow_n_ > 0)) test_sends_locked();
     }
     std::lock_guard<std::mutex> r(ring_mu_);
-    if (repost_ >= 0) {  // the head handed out by the last poll is done with: its receive goes again
-      post_slot(slots_[repost_]);
-      repost_ = -1;
-    }
-    if (popped_ >= 0) {  // ... or its record in a ring is freed
-      in_rings_[popped_].ring.pop();
-      popped_ = -1;
-    }
-    ring_bodies_from_ = -1;
+    release_locked();
     // The rings first, from the one after the last read (no sender starves the others), then MPI's heads
     // (from other nodes, or from every rank when there are no rings).
     for (size_t k = 0; k < in_rings_.size(); ++k) {
@@ -529,6 +521,11 @@ class MpiLane final : public MessageLane {
     // An empty head announces a large one on kBigHeadTag.
     in.head = big_head(in.source);
     return in;
+  }
+
+  void release_head() override {
+    std::lock_guard<std::mutex> r(ring_mu_);
+    release_locked();
   }
 
   Tensor recv_body(int source, ScalarType dtype, const std::vector<int64_t>& shape,
@@ -645,6 +642,20 @@ class MpiLane final : public MessageLane {
       sl.req = MPI_REQUEST_NULL;
       sl.done = true;
     }
+  }
+
+  /// Under ring_mu_: the head handed out by the last poll is done with: its receive goes again, or its
+  /// record in a ring is freed.
+  void release_locked() {
+    if (repost_ >= 0) {
+      post_slot(slots_[repost_]);
+      repost_ = -1;
+    }
+    if (popped_ >= 0) {
+      in_rings_[popped_].ring.pop();
+      popped_ = -1;
+    }
+    ring_bodies_from_ = -1;
   }
 
   /// The large head `source` announced (on kBigHeadTag, posted right after the announcement), received
