@@ -860,8 +860,15 @@ class MpiLane final : public MessageLane {
         }
         if (got) break;
         if (aborted_.load()) throw CommError("[message_lane] stopped while " + from + " was awaited");
-        if ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline) {
-          throw CommError("[message_lane] " + from + " did not arrive within " + std::to_string(timeout.count()) + " ms");
+        if ((spins & 63) == 63) {
+          if (mpi_impl::Clock::now() > deadline) {
+            throw CommError("[message_lane] " + from + " did not arrive within " + std::to_string(timeout.count()) + " ms");
+          }
+          // The sender may be waiting the same way for this process's pieces that found no room in its
+          // ring: move them meanwhile (else two ranks sending each other bodies wait for each other until
+          // the timeout).
+          std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
+          if (g.owns_lock() && overflow_n_ > 0) flush_overflow_locked();
         }
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();  // no sched_yield: see recv_body

@@ -456,4 +456,36 @@ TEST(MpiMessageLane, BodiesInTheRingComeInPiecesBesideLargerOnesByMpi) {
   pg->barrier();
 }
 
+// Ranks 0 and 1 send each other 8 bodies of 256 KB at once (2 MB each way, a ring holds 1 MB): each
+// post moves its pieces for at most 50 ms and leaves the rest waiting; then each rank receives the
+// other's, every body whole and in order, and the rest of its own leaves meanwhile (its polls, and its
+// waits for the other's pieces, move it: two ranks each waiting inside a body for the other's pieces
+// would otherwise wait for each other until the timeout; this run need not meet that moment).
+TEST(MpiMessageLane, TwoRanksSendingEachOtherBodiesBothGetThem) {
+  LANE_SETUP(pg, lane);
+  pg->barrier();
+  if (pg->rank() > 1) {  // (the others take part in the collectives only)
+    pg->barrier();
+    return;
+  }
+  const int peer = 1 - pg->rank();
+  auto f32 = TensorOptions().dtype(kFloat32);
+  const int64_t floats = std::max<int64_t>(lane->ring_body_bytes(peer), 4096) / 4;
+  auto body = [&](int from, int k) { return full({floats}, static_cast<double>(from * 100 + k), f32); };
+  std::thread poster([&] {
+    for (int k = 0; k < 8; ++k) lane->post(peer, "b" + std::to_string(k), {body(pg->rank(), k)});
+  });
+  poster.join();
+  const auto t0 = Clock::now();
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(next_head(*lane).head, "b" + std::to_string(k));
+    EXPECT_TRUE(equal(lane->recv_body(peer, kFloat32, {floats}, 10000ms), body(peer, k))) << k;
+  }
+  EXPECT_LT(ms_since(t0), 5000.0) << "the two ranks waited for each other's pieces";
+  const auto until = Clock::now() + 10s;
+  while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+  EXPECT_EQ(lane->pending_sends(), 0u);
+  pg->barrier();
+}
+
 #endif  // TROUPE_HAVE_MPI
