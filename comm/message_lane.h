@@ -81,6 +81,9 @@ class MessageLane {
   /// sleeping idle_wait (a wake-up per message, taking a core from the poller); the last to end wakes it
   /// when a head or an unfinished send is there. Calls nest (a count).
   virtual void polling(bool on) = 0;
+  /// Wakes this rank's idle_wait now if it sleeps (a poller that stops polling before its message came,
+  /// and leaves it to the sleeper).
+  virtual void wake_idle() = 0;
   /// The largest message (head or body) MPI sends eagerly between the ranks of this node: copied out as
   /// it is posted, it reaches the peer without this process polling again (see pending_sends).
   virtual int64_t eager_bytes() const = 0;

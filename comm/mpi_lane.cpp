@@ -416,6 +416,11 @@ class MpiLane final : public MessageLane {
     if (flag) wake(mine);
   }
 
+  void wake_idle() override {
+    Doorbell* mine = bells_[rank_];
+    if (mine && mine->sleeping.load(std::memory_order_seq_cst)) wake(mine);
+  }
+
   void idle_wait(std::chrono::microseconds timeout) override {
     Doorbell* mine = bells_[rank_];
     if (!mine) {
