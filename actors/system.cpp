@@ -963,22 +963,22 @@ class System {
     auto lane = lane_;
     if (!lane) return false;
     LaneWaiterCount waiting(lane_waiters_);
-    struct Polling {
-      comm::MessageLane* l;
-      explicit Polling(comm::MessageLane* x) : l(x) { l->polling(true); }
-      ~Polling() { l->polling(false); }
-    } polling(lane.get());
-    // Counted in lane_pollers_ (the lane thread naps kLanePolledNapUs meanwhile); the last to leave wakes
-    // it when this one gave up, or when Calls come from another node (see kLanePolledNapUs).
+    // Also counted in lane_pollers_ (the lane thread naps kLanePolledNapUs meanwhile); the last to leave
+    // wakes it when this one gave up, or when Calls come from another node (see kLanePolledNapUs).
     struct Poller {
       System* sys;
       comm::MessageLane* l;
       bool gave_up = false;
-      explicit Poller(System* s, comm::MessageLane* x) : sys(s), l(x) { sys->lane_pollers_.fetch_add(1, std::memory_order_relaxed); }
+      Poller(System* s, comm::MessageLane* x) : sys(s), l(x) {
+        l->polling(true);
+        sys->lane_pollers_.fetch_add(1, std::memory_order_relaxed);
+      }
       ~Poller() {
-        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) != 1 || sys->lane_polled_nap_.count() <= 0) return;
-        const int64_t since_call = ns_of(std::chrono::steady_clock::now()) - sys->lane_remote_call_ns_.load(std::memory_order_relaxed);
-        if (gave_up || since_call < kLaneRemoteCallsMs * 1000000) l->wake_idle();
+        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) == 1 && sys->lane_polled_nap_.count() > 0) {
+          const int64_t since_call = ns_of(std::chrono::steady_clock::now()) - sys->lane_remote_call_ns_.load(std::memory_order_relaxed);
+          if (gave_up || since_call < kLaneRemoteCallsMs * 1000000) l->wake_idle();
+        }
+        l->polling(false);
       }
     } poller(this, lane.get());
     while (!w.done()) {

@@ -800,8 +800,7 @@ class MpiLane final : public MessageLane {
   /// or behind what already waits for room there (flush_overflow_locked sends it on).
   void ring_push_locked(int dest, ShmRing& ring, Waiting w) {
     auto& q = overflow_[static_cast<size_t>(dest)];
-    if (!q.empty()) flush_overflow_locked();
-    if (q.empty() && push_record(ring, w)) return;
+    if ((q.empty() || flush_dest_locked(static_cast<size_t>(dest))) && push_record(ring, w)) return;
     q.push_back(std::move(w));
     ++overflow_n_;
   }
@@ -815,17 +814,19 @@ class MpiLane final : public MessageLane {
   /// Under send_mu_: moves the records that waited for room into their rings, in order, while room is
   /// there; rings each destination it moved one to.
   void flush_overflow_locked() {
-    for (size_t d = 0; d < overflow_.size() && overflow_n_ > 0; ++d) {
-      auto& q = overflow_[d];
-      bool moved = false;
-      while (!q.empty()) {
-        if (!push_record(*out_rings_[d], q.front())) break;
-        q.pop_front();
-        --overflow_n_;
-        moved = true;
-      }
-      if (moved) ring(static_cast<int>(d));
+    for (size_t d = 0; d < overflow_.size() && overflow_n_ > 0; ++d) flush_dest_locked(d);
+  }
+  /// ... those to `d` alone; true when none is left waiting.
+  bool flush_dest_locked(size_t d) {
+    auto& q = overflow_[d];
+    bool moved = false;
+    while (!q.empty() && push_record(*out_rings_[d], q.front())) {
+      q.pop_front();
+      --overflow_n_;
+      moved = true;
     }
+    if (moved) ring(static_cast<int>(d));
+    return q.empty();
   }
 
   /// After a post whose body pieces went in the ring to `dest`: what found no room waits there, and this
@@ -836,9 +837,7 @@ class MpiLane final : public MessageLane {
     for (int k = 0;; ++k) {
       {
         std::lock_guard<std::mutex> g(send_mu_);
-        if (overflow_[static_cast<size_t>(dest)].empty()) return;
-        flush_overflow_locked();
-        if (overflow_[static_cast<size_t>(dest)].empty()) return;
+        if (flush_dest_locked(static_cast<size_t>(dest))) return;
       }
       if ((k & 63) == 63 && mpi_impl::Clock::now() > until) break;
 #if defined(__x86_64__) || defined(__i386__)

@@ -21,6 +21,17 @@ struct ConvGeomAs {
         col_sr(I(g.col_sr)) {}
 };
 
+/// (n, c, h, w) of flat index i over an (N, C, H, W) layout.
+template <typename I>
+__device__ __forceinline__ void unflatten_nchw(I i, I C, I H, I W, I& n, I& c, I& h, I& w) {
+  w = i % W;
+  I t = i / W;
+  h = t % H;
+  t /= H;
+  c = t % C;
+  n = t / C;
+}
+
 /// One thread per output position and channel (n, c, oh, ow), writing the column elements of its kh x kw
 /// window: the image pixel each sees, or 0 in the padding. The columns are (N, rows, L) with strides (col_sn,
 /// col_sr, 1): contiguous, or a chunk's (rows, N*L) matrix. Index arithmetic in I: int when every offset fits
@@ -31,11 +42,8 @@ __global__ void __launch_bounds__(kThreads) im2col_kernel(ConvGeom geo, const U*
   const I total = g.N * g.C * g.oH * g.oW;
   const I step = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
-    const I ow = i % g.oW;
-    I t = i / g.oW;
-    const I oh = t % g.oH;
-    t /= g.oH;
-    const I c = t % g.C, n = t / g.C;
+    I n, c, oh, ow;
+    unflatten_nchw(i, g.C, g.oH, g.oW, n, c, oh, ow);
     const U* img = im + (n * g.C + c) * g.H * g.W;
     U* out = col + n * g.col_sn + c * g.kh * g.kw * g.col_sr + oh * g.oW + ow;
     const I ih0 = oh * g.sh - g.ph, iw0 = ow * g.sw - g.pw;
@@ -60,11 +68,8 @@ __global__ void __launch_bounds__(kThreads) col2im_kernel(ConvGeom geo, const T*
   const I total = g.N * g.C * g.H * g.W;
   const I step = I(blockDim.x) * I(gridDim.x);
   for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < total; i += step) {
-    const I iw = i % g.W;
-    I t = i / g.W;
-    const I ih = t % g.H;
-    t /= g.H;
-    const I c = t % g.C, n = t / g.C;
+    I n, c, ih, iw;
+    unflatten_nchw(i, g.C, g.H, g.W, n, c, ih, iw);
     const T* cn = col + n * g.col_sn + c * g.kh * g.kw * g.col_sr;
     A acc = A(0);
     for (I ki = 0; ki < g.kh; ++ki) {
