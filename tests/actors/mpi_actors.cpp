@@ -41,6 +41,14 @@ int on_lane_count(const ActorRef& probe, int n) {
   for (int i = 0; i < n; ++i) k += probe.request<bool>("where").get() ? 1 : 0;
   return k;
 }
+// The best of up to 4 rounds of on_lane_count(probe, n) (stops at the first of `want` or more): a handler
+// preempted on a loaded machine measures long and sends the next Call to the actor's thread, so one round
+// can miss (8 of 20 once, with 3 ranks on 2 cores); a lane thread that never runs Calls misses every round.
+int best_on_lane_count(const ActorRef& probe, int n, int want) {
+  int best = 0;
+  for (int round = 0; round < 4 && best < want; ++round) best = std::max(best, on_lane_count(probe, n));
+  return best;
+}
 
 // Says where its handlers run: on the receiving process's lane thread (detail::on_lane_thread) or not.
 // With `inline_ok` it is hosted as RemoteModule's host is (its own thread, inline requests allowed);
@@ -297,9 +305,9 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   ActorRef back = rt.spawn_on(ctx.rank, "lpback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "lp" + r, "LaneProbe", true, back);
   ActorRef plain = rt.spawn_on(peer, "lpplain" + r, "LaneProbe", false, back);
-  // (A handler measured long, preempted on a loaded machine, sends the next Call to the actor's thread.)
+  // (A handler measured long, preempted on a loaded machine, sends the next Call to the actor's thread: best_on_lane_count.)
   if (lane) {
-    EXPECT_GE(on_lane_count(probe, 20), 15);
+    EXPECT_GE(best_on_lane_count(probe, 20, 15), 15);
   }
   else EXPECT_EQ(on_lane_count(probe, 20), 0);
   EXPECT_EQ(on_lane_count(plain, 20), 0);
@@ -319,7 +327,7 @@ TEST(MpiLane, AnIdleInlineActorRunsOnTheLaneThreadABusyOneKeepsTheOrder) {
   EXPECT_EQ(probe.request<std::vector<int64_t>>("seen").get(), sent);
   // Idle again: the lane thread runs it.
   if (lane) {
-    EXPECT_GE(on_lane_count(probe, 20), 15);
+    EXPECT_GE(best_on_lane_count(probe, 20, 15), 15);
   }
   ctx.world->barrier();
   probe.stop();
@@ -353,7 +361,7 @@ TEST(MpiRouting, RequestsToAnotherHostTakeTheLaneUnlessToldOtherwise) {
   ActorRef back = rt.spawn_on(ctx.rank, "rtback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "rt" + r, "LaneProbe", true, back);
   const std::string where = same_host ? "peer on this host" : "peer on another host";
-  if (takes_lane(0)) EXPECT_GE(on_lane_count(probe, 20), 15) << where;
+  if (takes_lane(0)) EXPECT_GE(best_on_lane_count(probe, 20, 15), 15) << where;
   else EXPECT_EQ(on_lane_count(probe, 20), 0) << where;
   auto with = [&](int64_t bytes) {
     const Tensor t = randn({bytes / 4});
@@ -382,12 +390,12 @@ TEST(MpiLane, OnTheLaneThreadAThrowingHandlerFailsItsRequestAndAWaitingOneIsAnsw
   ActorRef back = rt.spawn_on(ctx.rank, "lqback" + r, "Counter", 0);
   ActorRef probe = rt.spawn_on(peer, "lq" + r, "LaneProbe", true, back);
   if (lane) {
-    EXPECT_GE(on_lane_count(probe, 20), 15);
+    EXPECT_GE(best_on_lane_count(probe, 20, 15), 15);
   }
   std::string e = error_of([&] { probe.request<bool>("fail", std::string("no")).get(); });
   EXPECT_TRUE(contains(e, "request 'fail' to actor 'lq" + r + "'") && contains(e, "the handler threw: probe refused: no")) << e;
   if (lane) {
-    EXPECT_GE(on_lane_count(probe, 20), 15);
+    EXPECT_GE(best_on_lane_count(probe, 20, 15), 15);
   }
   int64_t sum = 0;
   const auto t0 = std::chrono::steady_clock::now();
