@@ -74,7 +74,8 @@ class MessageLane {
   /// post or poll).
   virtual size_t pending_sends() = 0;
   /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
-  /// once when a head is already there. Call it when a poll found nothing; one thread at a time.
+  /// once when a head is already there and no other thread polls (polling(true): that one reads it), or
+  /// when a send needs polling to move. Call it when a poll found nothing; one thread at a time.
   virtual void idle_wait(std::chrono::microseconds timeout) = 0;
   /// Another thread than idle_wait's starts (true) or ends (false) polling this rank's messages (a
   /// thread waiting for a reply reads it itself): while one polls, posts from this node do not wake a
