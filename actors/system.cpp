@@ -795,7 +795,8 @@ class System {
     lh.from_rank = first_rank_;
     lh.text = method;
     std::vector<Tensor> bodies;
-    std::string head = lane_encode(lh, args, bodies, weight);
+    std::string& head = lane_head_buffer();
+    lane_encode(head, lh, args, bodies, weight);
     const uint64_t seq = next_seq(dest);
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     if (state) state->set_inline(lane_waiter_, id);
@@ -809,7 +810,7 @@ class System {
   /// traffic with another node beside it (kLaneRemoteSpinUs: three threads polling on 2 cores; a 1 MB
   /// request between two test hosts at 0.66 of raw MPI without this, 0.94 with it, medians of 4
   /// alternated runs; 64 KB 0.54 and 0.82).
-  void lane_post(comm::MessageLane& lane, int dest, std::string head, std::vector<Tensor> bodies, bool awaited) {
+  void lane_post(comm::MessageLane& lane, int dest, std::string&& head, std::vector<Tensor> bodies, bool awaited) {
     note_remote(dest, false);
     LaneWaiterCount posting(lane_waiters_);
     lane.post(dest, std::move(head), std::move(bodies), awaited);
@@ -826,7 +827,8 @@ class System {
     lh.target = h.id();
     lh.from_rank = first_rank_;
     std::vector<Tensor> bodies;
-    std::string head = lane_encode(lh, List{}, bodies);
+    std::string head;
+    lane_encode(head, lh, List{}, bodies);
     const uint64_t seq = next_seq(dest);
     std::memcpy(head.data() + wire::kLaneSeqOffset, &seq, sizeof seq);
     lane_->post(dest, std::move(head), std::move(bodies));
@@ -855,17 +857,17 @@ class System {
     lh.ok = ok;
     lh.text = std::move(error);
     std::vector<Tensor> bodies;
-    std::string head;
+    std::string& head = lane_head_buffer();
     try {
       List values;
       if (ok) values.push_back(std::move(result));
-      head = lane_encode(lh, values, bodies, weight);
+      lane_encode(head, lh, values, bodies, weight);
     } catch (const std::exception& e) {
       lh.ok = false;
       lh.text = std::string("its result could not be sent: ") + e.what();
       lh.bodies.clear();
       bodies.clear();
-      head = lane_encode(lh, List{}, bodies);
+      lane_encode(head, lh, List{}, bodies);
     }
     try {
       g_lane_trace.record(id, 3);
@@ -1255,7 +1257,10 @@ class System {
   /// The lane's head (fields and the values' blob) for `values`: tensors in it, in order, while their bytes
   /// together stay within lane_inline_bytes_; the others to `bodies` (contiguous CPU), their sizes into
   /// lh.bodies.
-  std::string lane_encode(wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies, int64_t weight = -1) {
+  /// Into `head` (cleared; its capacity kept: the callers on the hot path pass a buffer of their thread's,
+  /// lane_head_buffer(), which a head copied into a ring leaves as it was, so it is not allocated anew
+  /// per message: a 4 KB head's malloc also consolidated glibc's fast bins each time).
+  void lane_encode(std::string& head, wire::LaneHead& lh, const List& values, std::vector<Tensor>& bodies, int64_t weight = -1) {
     // The fields (no bodies yet: the body count is their last 4 bytes), then the values' blob straight
     // after them, in one buffer sized ahead; a message with bodies gets their sizes put in after the
     // count (one move of the blob). Until 2026-11-28 the blob was built apart and copied in after the
@@ -1267,7 +1272,7 @@ class System {
       total = 0;
       for (const Value& v : values) weigh(v, total, largest);
     }
-    std::string head;
+    head.clear();
     head.reserve(static_cast<size_t>(96 + static_cast<int64_t>(lh.text.size()) + std::min(total, lane_inline_bytes_ + 4096)));
     wire::encode_lane_head(lh, head);
     const size_t count_at = head.size() - sizeof(uint32_t);
@@ -1293,7 +1298,11 @@ class System {
       for (size_t i = 0; i < lh.bodies.size(); ++i) std::memcpy(sizes.data() + i * sizeof(uint64_t), &lh.bodies[i], sizeof(uint64_t));
       head.insert(count_at + sizeof count, sizes);
     }
-    return head;
+  }
+  /// This thread's buffer for the heads it encodes (lane_encode).
+  static std::string& lane_head_buffer() {
+    static thread_local std::string buf;
+    return buf;
   }
 
   /// Queues `it` for actor `target` of this process, or adds it to `refused` with the reason it cannot be.

@@ -50,7 +50,9 @@ class MessageLane {
   /// `awaited`: the poster will wait for an answer to this message (a request): then a message its peer
   /// reads itself (peer_reads) is polled to its end as others above the eager limit, which measured
   /// faster for requests (see peer_reads).
-  virtual void post(int dest, std::string head, std::vector<Tensor> bodies, bool awaited = false) = 0;
+  /// `head` is moved from only when it must be kept; one copied into a shared-memory ring at once is left
+  /// as it was, so that the caller may encode its next head into the same buffer.
+  virtual void post(int dest, std::string&& head, std::vector<Tensor> bodies, bool awaited = false) = 0;
   /// One look that never blocks: the next head from any rank, or nullopt (also completes sends that
   /// finished). One thread at a time (the caller serialises polls and recv_body).
   virtual std::optional<Incoming> poll() = 0;

@@ -243,7 +243,7 @@ class MpiLane final : public MessageLane {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void post(int dest, std::string head, std::vector<Tensor> bodies, bool awaited) override {
+  void post(int dest, std::string&& head, std::vector<Tensor> bodies, bool awaited) override {
     if (dest < 0 || dest >= size_ || dest == rank_) {
       throw CommError("[message_lane] post to rank " + std::to_string(dest) + " (world of " + std::to_string(size_) +
                       ", this is rank " + std::to_string(rank_) + ")");

@@ -278,7 +278,7 @@ TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
       EXPECT_NE(std::string(e.what()).find("an empty head"), std::string::npos) << e.what();
     }
     lane->post(1, "before", {});
-    lane->post(1, big, {arange(10, TensorOptions().dtype(kFloat32))});
+    lane->post(1, std::string(big), {arange(10, TensorOptions().dtype(kFloat32))});
     lane->post(1, std::string(65536, 'y'), {});  // exactly a posted receive's size
     lane->post(1, "after", {full({3}, 2, TensorOptions().dtype(kInt64))});
     const auto until = Clock::now() + 10s;
@@ -411,6 +411,42 @@ TEST(MpiMessageLane, HeadsBeyondTheRingsRoomWaitInOrderAndPostNeverBlocks) {
       ASSERT_TRUE(m.head == head(k)) << "head " << k << " came as '" << m.head.substr(0, 12) << "...'";
     }
     EXPECT_FALSE(lane->poll().has_value());
+  }
+  pg->barrier();
+}
+
+// A head copied into the ring at once leaves the caller's buffer as it was (post moves from it only to
+// keep it), so one buffer carries message after message; without rings (another node, TROUPE_LANE_SHM=0)
+// it is kept by the lane, moved from. Either way rank 1 gets each head as it was posted.
+TEST(MpiMessageLane, AHeadCopiedIntoTheRingLeavesTheCallersBuffer) {
+  LANE_SETUP(pg, lane);
+  const bool ring = std::getenv("TROUPE_LANE_SHM") == nullptr || std::string(std::getenv("TROUPE_LANE_SHM")) != "0";
+  if (pg->rank() == 0) {
+    const bool rings = ring && lane->on_node(1) && lane->ring_body_bytes(1) > 0;
+    std::string buf;
+    for (int k = 0; k < 50; ++k) {
+      if (!rings || k == 0) buf.reserve(8192);
+      buf.assign(4000 + static_cast<size_t>(k), static_cast<char>('a' + k % 26));
+      const char* data = buf.data();
+      lane->post(1, std::move(buf), {});
+      if (rings) {
+        ASSERT_EQ(buf.size(), 4000u + static_cast<size_t>(k)) << "post " << k << " took the buffer of a head that went into the ring";
+        EXPECT_EQ(buf.data(), data) << "post " << k;
+      }
+    }
+    lane->post(1, std::string("with a body"), {arange(5, TensorOptions().dtype(kFloat32))});
+    const auto until = Clock::now() + 10s;
+    while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+  } else if (pg->rank() == 1) {
+    for (int k = 0; k < 50; ++k) {
+      auto m = next_head(*lane);
+      ASSERT_EQ(m.source, 0);
+      ASSERT_TRUE(m.head == std::string(4000 + static_cast<size_t>(k), static_cast<char>('a' + k % 26))) << "head " << k;
+    }
+    auto m = next_head(*lane);
+    ASSERT_EQ(m.head, "with a body");
+    Tensor b = lane->recv_body(0, kFloat32, {5}, std::chrono::milliseconds(10000));
+    EXPECT_TRUE(equal(b, arange(5, TensorOptions().dtype(kFloat32))));
   }
   pg->barrier();
 }
