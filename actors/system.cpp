@@ -982,6 +982,16 @@ class System {
         }
         l->polling(false);
       }
+      /// Not a poller while it runs the Calls it claimed: heads that come meanwhile are the lane thread's
+      /// to read (its idle_wait leaves a head to a thread that polls, and posters do not ring for it).
+      void pause() {
+        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) == 1 && sys->lane_polled_nap_.count() > 0) l->wake_idle();
+        l->polling(false);
+      }
+      void resume() {
+        l->polling(true);
+        sys->lane_pollers_.fetch_add(1, std::memory_order_relaxed);
+      }
     } poller(this, lane.get());
     while (!w.done()) {
       bool got = false;
@@ -994,7 +1004,14 @@ class System {
           t_lane_runs = nullptr;
         }
       }
-      if (!runs.empty()) run_lane_calls(runs, false);
+      if (!runs.empty()) {
+        struct Paused {
+          Poller& p;
+          explicit Paused(Poller& x) : p(x) { p.pause(); }
+          ~Paused() { p.resume(); }
+        } paused(poller);
+        run_lane_calls(runs, false);
+      }
       if (got) continue;
       // Never sched_yield here: on a loaded machine a yield gives the core away for a whole time slice
       // (a millisecond and more), where a sleeper that is woken runs at once.
