@@ -73,7 +73,8 @@ class MessageLane {
   /// Posted messages (heads and bodies) not yet sent that need this process to poll MPI to move: those
   /// above MPI's eager limit that the peer does not read itself (a smaller one is copied out as it is
   /// posted and reaches the peer by itself, as does one peer_reads; its request is reclaimed at the next
-  /// post or poll).
+  /// post or poll), and records waiting for room in a ring. Never blocks: while another thread posts, the
+  /// count of the last look (a post that leaves such sends rings this rank's doorbell).
   virtual size_t pending_sends() = 0;
   /// Sleeps until a rank of this node posts to this one (its doorbell) or `timeout` passes; returns at
   /// once when a head is already there and no other thread polls (polling(true): that one reads it), or
