@@ -113,6 +113,10 @@ class MessageLane {
   /// The largest body that travels in the shared-memory ring to `dest` (in pieces the peer copies out
   /// while the next ones go in; post() returns once they are all in), or -1 when bodies to it go by MPI.
   virtual int64_t ring_body_bytes(int dest) const = 0;
+  /// Whether `t`'s memory lies in a shared-memory arena this rank receives bodies into: a body of at most
+  /// ring_body_bytes from a rank of this node, copied once, by its sender, when the arena had room; the
+  /// tensor stays there (its pages go back to the sender when it is freed).
+  virtual bool in_arena(const Tensor& t) const = 0;
 };
 
 /// A lane over the world's processes: a duplicate of MPI_COMM_WORLD (collective: every rank calls it).

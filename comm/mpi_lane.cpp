@@ -6,6 +6,11 @@
 #include <linux/futex.h>
 
 #include <deque>
+#include <fcntl.h>
+#include <random>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -72,6 +77,97 @@ constexpr uint32_t kRingBodyEnd = 5;    // the last piece of a body
 // ratio 0.89-0.94 against 0.60-0.85, its stream 1.05-1.33 against 0.76-0.86 (0.75-0.80 and 0.72-0.95
 // under CMA, against 0.60-0.68 and 0.68-0.83).
 constexpr size_t kRingPiece = size_t{16} << 10;
+// A body that goes in the ring (at most ring_body_bytes_) is copied once, by the sender, into the pair's
+// arena when it has room: a shared-memory file of kArenaPage pages that the receiver maps too, where the
+// received tensor then lives (from_blob; its deleter marks its pages free for the sender to reuse). The
+// ring carries a kRingBodyAt record naming the pages. Pieces (two copies, overlapped) remain for a body
+// that finds no room (the receiver holds earlier ones) and with TROUPE_LANE_ARENA=0. Under Open MPI's
+// default single copy (CMA) raw MPI copies a 64 KB message once, where the pieces copy it twice.
+constexpr uint32_t kRingBodyAt = 6;  // a body in the arena: an ArenaRecord
+constexpr size_t kArenaPage = size_t{16} << 10;
+constexpr size_t kArenaBytes = size_t{4} << 20;          // from one rank to another
+constexpr size_t kArenaBytesPerRank = size_t{16} << 20;  // a rank's incoming arenas together
+constexpr int kArenaMaxRanks = 16;                        // none on a node of more ranks
+
+struct ArenaRecord {
+  uint32_t page;   // the first page
+  uint32_t pages;  // how many
+  uint64_t bytes;  // the body's size
+};
+
+/// One process's mapping of an arena file: `pages` pages of data, then a flag per page that the receiver
+/// sets (release) when the body starting there is freed; unmapped when the last holder goes (the lane and
+/// every tensor received into it).
+struct ArenaMap {
+  char* base = nullptr;
+  size_t bytes = 0, pages = 0;
+  ArenaMap() = default;
+  ArenaMap(const ArenaMap&) = delete;
+  ArenaMap& operator=(const ArenaMap&) = delete;
+  ~ArenaMap() {
+    if (base) munmap(base, bytes);
+  }
+  std::atomic<uint32_t>* freed() const { return reinterpret_cast<std::atomic<uint32_t>*>(base + pages * kArenaPage); }
+  static size_t file_bytes(size_t pages) { return pages * kArenaPage + pages * sizeof(uint32_t); }
+  /// Maps shared-memory object `name` of `pages` pages, creating it (its pages allocated, so that a full
+  /// /dev/shm is an error here, not a SIGBUS later) or opening the one a peer created; null on failure.
+  static std::shared_ptr<ArenaMap> open(const std::string& name, size_t pages, bool create) {
+    const size_t bytes = file_bytes(pages);
+    int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+    if (fd < 0) return nullptr;
+    bool ok = true;
+    if (create) ok = ftruncate(fd, static_cast<off_t>(bytes)) == 0 && posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
+    struct stat st {};
+    ok = ok && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes;
+    void* p = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return nullptr;
+    auto m = std::make_shared<ArenaMap>();
+    m->base = static_cast<char*>(p);
+    m->bytes = bytes;
+    m->pages = pages;
+    return m;
+  }
+};
+
+/// The sender's side of the arena to one rank: which pages its bodies hold (the receiver frees them by
+/// their flags), allocated next-fit. Under send_mu_.
+struct ArenaOut {
+  std::shared_ptr<ArenaMap> map;
+  std::vector<uint32_t> run;   // per page: the length of the body's run that starts there (0: none)
+  std::vector<uint8_t> used;   // per page
+  size_t cursor = 0;
+  /// The first of `np` free pages in a row, marked used; -1 when there are none (after taking back the
+  /// runs the receiver freed).
+  int64_t alloc(size_t np) {
+    const size_t n = map->pages;
+    if (np == 0 || np > n) return -1;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) reclaim();
+      for (size_t i = 0; i < n; ++i) {
+        const size_t p = (cursor + i) % n;
+        if (p + np > n) continue;
+        size_t k = 0;
+        while (k < np && !used[p + k]) ++k;
+        if (k < np) continue;
+        for (k = 0; k < np; ++k) used[p + k] = 1;
+        run[p] = static_cast<uint32_t>(np);
+        cursor = (p + np) % n;
+        return static_cast<int64_t>(p);
+      }
+    }
+    return -1;
+  }
+  void reclaim() {
+    std::atomic<uint32_t>* f = map->freed();
+    for (size_t p = 0; p < map->pages; ++p) {
+      if (run[p] == 0 || f[p].load(std::memory_order_acquire) == 0) continue;
+      f[p].store(0, std::memory_order_relaxed);
+      for (size_t k = 0; k < run[p]; ++k) used[p + k] = 0;
+      run[p] = 0;
+    }
+  }
+};
 
 /// False when environment variable `name` is set to 0 (an A/B switch for measurements).
 bool env_flag_off(const char* name) {
@@ -328,7 +424,16 @@ class MpiLane final : public MessageLane {
           const Tensor& t = keep->bodies[b];
           const char* p = static_cast<const char*>(t.data_ptr());
           const int64_t n = static_cast<int64_t>(t.nbytes());
-          if (ring_bodies && in_ring(t)) {  // in pieces, after the head, in the ring
+          if (ring_bodies && in_ring(t)) {  // after the head, in the ring: in the arena when it has room, else in pieces
+            if (n > 0 && !arena_out_.empty() && arena_out_[static_cast<size_t>(dest)].map) {
+              ArenaOut& a = arena_out_[static_cast<size_t>(dest)];
+              const int64_t page = a.alloc((static_cast<size_t>(n) + kArenaPage - 1) / kArenaPage);
+              if (page >= 0) {
+                std::memcpy(a.map->base + static_cast<size_t>(page) * kArenaPage, p, static_cast<size_t>(n));
+                ring_push_locked(dest, *shm, Waiting{keep, kRingBodyAt, static_cast<int>(b), static_cast<size_t>(page), static_cast<size_t>(n)});
+                continue;
+              }
+            }
             size_t off = 0;
             do {  // (an empty body is one empty piece)
               const size_t len = std::min(ring_piece_, static_cast<size_t>(n) - off);
@@ -509,7 +614,12 @@ class MpiLane final : public MessageLane {
       }
       if (kind != kRingAnnounce) {
         // A body's piece nobody asked for (its head was dropped above this layer without its bodies being
-        // skipped): freed, so that the ring goes on.
+        // skipped): freed, so that the ring goes on (a body in the arena: its pages too).
+        if (kind == kRingBodyAt && i < arena_in_.size() && rec.size() == sizeof(ArenaRecord)) {
+          ArenaRecord r{};
+          std::memcpy(&r, rec.data(), sizeof r);
+          if (r.page < arena_in_[i]->pages) arena_in_[i]->freed()[r.page].store(1, std::memory_order_release);
+        }
         ir.ring.pop();
         popped_ = -1;
         throw CommError("[message_lane] a record of kind " + std::to_string(kind) + " in the ring from rank " +
@@ -549,6 +659,12 @@ class MpiLane final : public MessageLane {
     const int64_t n = numel * static_cast<int64_t>(element_size(dtype));
     const auto deadline = mpi_impl::Clock::now() + timeout;
     if (InRing* ir = ring_bodies_of(source, n)) {
+      if (!arena_in_.empty()) {  // in the arena when the sender found room there: the tensor stays in it
+        uint32_t kind = 0;
+        std::string_view rec;
+        wait_record(*ir, deadline, timeout, &kind, &rec);
+        if (kind == kRingBodyAt) return arena_tensor(*ir, rec, dtype, shape, static_cast<size_t>(n));
+      }
       Tensor t = empty(shape, TensorOptions().dtype(dtype));
       ring_body(*ir, static_cast<char*>(t.data_ptr()), static_cast<size_t>(n), deadline, timeout);
       return t;
@@ -799,6 +915,63 @@ class MpiLane final : public MessageLane {
     mpi_heads_ = !all_on_node_;
     ring_body_bytes_ = static_cast<int64_t>(cap / 4);
     ring_piece_ = std::min(kRingPiece, out_rings_[static_cast<size_t>(wranks[me == 0 ? 1 : 0])]->max_record() & ~size_t{7});
+    make_arenas(node, nsize, me, wranks);
+  }
+
+  /// The arenas (collective over `node`, after the rings): each rank creates a shared-memory object for
+  /// the bodies from each other rank of the node (named by a token of node rank 0's, the two node ranks),
+  /// maps it, then maps those of the others to it; once all are mapped each unlinks its own (the mappings
+  /// stay; nothing is left in /dev/shm). Every rank of the node uses them or none does (TROUPE_LANE_ARENA=0
+  /// on any rank, a node of more than kArenaMaxRanks ranks, or /dev/shm short of room: MPI_Allreduce).
+  void make_arenas(MPI_Comm node, int nsize, int me, const std::vector<int>& wranks) {
+    int ok = !env_flag_off("TROUPE_LANE_ARENA") && nsize <= kArenaMaxRanks;
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS || !all) return;
+    size_t bytes = kArenaBytes;
+    while (bytes > (size_t{1} << 20) && bytes * static_cast<size_t>(nsize - 1) > kArenaBytesPerRank) bytes >>= 1;
+    const size_t pages = bytes / kArenaPage;
+    // The node's arenas take at most an eighth of /dev/shm's free room (a container's is often 64 MB, and
+    // Open MPI's own shared-memory segments, made later, must find theirs).
+    struct statvfs fs {};
+    const double node_bytes = static_cast<double>(ArenaMap::file_bytes(pages)) * nsize * (nsize - 1);
+    ok = statvfs("/dev/shm", &fs) == 0 && node_bytes * 8 <= static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize);
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS || !all) return;
+    unsigned long long token = 0;
+    if (me == 0) token = (static_cast<unsigned long long>(std::random_device{}()) << 32) ^ static_cast<unsigned long long>(getpid()) ^
+                         static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+    MPI_Bcast(&token, 1, MPI_UNSIGNED_LONG_LONG, 0, node);
+    char tok[32];
+    std::snprintf(tok, sizeof tok, "%llx", token);
+    auto name = [&](int to, int from) { return "/troupe-lane-" + std::string(tok) + "-" + std::to_string(to) + "-" + std::to_string(from); };
+    std::vector<std::shared_ptr<ArenaMap>> in(static_cast<size_t>(nsize)), out(static_cast<size_t>(nsize));
+    for (int j = 0; j < nsize && ok; ++j)
+      if (j != me) ok = (in[static_cast<size_t>(j)] = ArenaMap::open(name(me, j), pages, true)) != nullptr;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS && all) {
+      for (int j = 0; j < nsize && ok; ++j)
+        if (j != me) ok = (out[static_cast<size_t>(j)] = ArenaMap::open(name(j, me), pages, false)) != nullptr;
+      if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all = 0;
+    }
+    for (int j = 0; j < nsize; ++j)
+      if (j != me && in[static_cast<size_t>(j)]) shm_unlink(name(me, j).c_str());
+    if (!all) return;  // (the maps go with `in` and `out`)
+    arena_out_.resize(static_cast<size_t>(size_));
+    for (int j = 0; j < nsize; ++j) {
+      if (j == me) continue;
+      ArenaOut& a = arena_out_[static_cast<size_t>(wranks[j])];
+      a.map = out[static_cast<size_t>(j)];
+      a.run.assign(pages, 0);
+      a.used.assign(pages, 0);
+      arena_in_.push_back(in[static_cast<size_t>(j)]);  // in in_rings_'s order (make_rings)
+    }
+  }
+
+  /// Whether `t`'s memory lies in an arena this rank receives into (a body it received with no copy).
+  bool in_arena(const Tensor& t) const override {
+    if (!t.defined() || !t.is_cpu() || arena_in_.empty()) return false;
+    const char* p = static_cast<const char*>(t.data_ptr());
+    for (const auto& m : arena_in_)
+      if (m && p >= m->base && p < m->base + m->pages * kArenaPage) return true;
+    return false;
   }
 
   /// The ring a body of `n` bytes from `source` comes in: the one the last head came from when its
@@ -821,6 +994,11 @@ class MpiLane final : public MessageLane {
     ++overflow_n_;
   }
   static bool push_record(ShmRing& ring, const Waiting& w) {
+    if (w.kind == kRingBodyAt) {  // off: the first page, len: the body's bytes
+      const ArenaRecord r{static_cast<uint32_t>(w.off), static_cast<uint32_t>((w.len + kArenaPage - 1) / kArenaPage),
+                          static_cast<uint64_t>(w.len)};
+      return ring.push(kRingBodyAt, reinterpret_cast<const char*>(&r), sizeof r);
+    }
     if (w.body >= 0) {
       return ring.push(w.kind, static_cast<const char*>(w.keep->bodies[static_cast<size_t>(w.body)].data_ptr()) + w.off, w.len);
     }
@@ -863,6 +1041,62 @@ class MpiLane final : public MessageLane {
     ring(rank_);  // the polling thread goes on with it
   }
 
+  /// Waits for the next record of `ir` (a body's): moves this process's own waiting records meanwhile,
+  /// fails on abort() or at the deadline.
+  void wait_record(InRing& ir, mpi_impl::Clock::time_point deadline, std::chrono::milliseconds timeout, uint32_t* kind,
+                   std::string_view* rec) {
+    auto from = [&] { return "a body from rank " + std::to_string(ir.source); };
+    for (int spins = 0;; ++spins) {
+      bool got = false;
+      try {
+        got = ir.ring.peek(kind, rec);
+      } catch (const std::exception& e) {
+        throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what());
+      }
+      if (got) return;
+      if (aborted_.load()) throw CommError("[message_lane] stopped while " + from() + " was awaited");
+      if ((spins & 63) == 63) {
+        if (mpi_impl::Clock::now() > deadline) {
+          throw CommError("[message_lane] " + from() + " did not arrive within " + std::to_string(timeout.count()) + " ms");
+        }
+        // The sender may be waiting the same way for this process's pieces that found no room in its
+        // ring: move them meanwhile (else two ranks sending each other bodies wait for each other until
+        // the timeout).
+        std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
+        if (g.owns_lock() && overflow_n_ > 0) flush_overflow_locked();
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // no sched_yield: see recv_body
+#endif
+    }
+  }
+
+  /// The body of `n` bytes whose kRingBodyAt record `rec` is next in `ir` (the ring of in_rings_'s entry
+  /// ring_bodies_from_): a tensor of `dtype` and `shape` over its pages of the arena, which it frees for
+  /// the sender when it goes; the record popped. A record of another size frees its pages and is refused
+  /// as a body of another size is.
+  Tensor arena_tensor(InRing& ir, std::string_view rec, ScalarType dtype, const std::vector<int64_t>& shape, size_t n) {
+    ArenaRecord r{};
+    const size_t idx = static_cast<size_t>(&ir - in_rings_.data());
+    const std::shared_ptr<ArenaMap> m = idx < arena_in_.size() ? arena_in_[idx] : nullptr;
+    if (rec.size() == sizeof r) std::memcpy(&r, rec.data(), sizeof r);
+    ir.ring.pop();
+    if (!m || rec.size() != sizeof r || r.pages == 0 || static_cast<size_t>(r.page) + r.pages > m->pages ||
+        r.bytes > static_cast<uint64_t>(r.pages) * kArenaPage) {
+      throw CommError("[message_lane] a malformed arena record (" + std::to_string(rec.size()) + " bytes) in the ring from rank " +
+                      std::to_string(ir.source));
+    }
+    std::atomic<uint32_t>* flag = &m->freed()[r.page];
+    if (r.bytes != n) {
+      flag->store(1, std::memory_order_release);
+      throw CommError("[message_lane] a body from rank " + std::to_string(ir.source) + " holds " +
+                      (r.bytes > n ? "more than " + std::to_string(n) : std::to_string(r.bytes)) + " bytes where " + std::to_string(n) +
+                      " were announced");  // (MPI's texts: a receive cannot tell how much more came)
+    }
+    return from_blob(m->base + static_cast<size_t>(r.page) * kArenaPage, shape, TensorOptions().dtype(dtype),
+                     [m, flag](void*) { flag->store(1, std::memory_order_release); });
+  }
+
   /// A body from the ring of `ir` (the message whose head poll() handed out last): `n` bytes in pieces
   /// into `dst` (null: dropped); a body of another size is consumed and refused as MPI's are.
   void ring_body(InRing& ir, char* dst, size_t n, mpi_impl::Clock::time_point deadline, std::chrono::milliseconds timeout) {
@@ -871,28 +1105,11 @@ class MpiLane final : public MessageLane {
     for (;;) {
       uint32_t kind = 0;
       std::string_view rec;
-      for (int spins = 0;; ++spins) {
-        bool got = false;
-        try {
-          got = ir.ring.peek(&kind, &rec);
-        } catch (const std::exception& e) {
-          throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what());
-        }
-        if (got) break;
-        if (aborted_.load()) throw CommError("[message_lane] stopped while " + from + " was awaited");
-        if ((spins & 63) == 63) {
-          if (mpi_impl::Clock::now() > deadline) {
-            throw CommError("[message_lane] " + from + " did not arrive within " + std::to_string(timeout.count()) + " ms");
-          }
-          // The sender may be waiting the same way for this process's pieces that found no room in its
-          // ring: move them meanwhile (else two ranks sending each other bodies wait for each other until
-          // the timeout).
-          std::unique_lock<std::mutex> g(send_mu_, std::try_to_lock);
-          if (g.owns_lock() && overflow_n_ > 0) flush_overflow_locked();
-        }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();  // no sched_yield: see recv_body
-#endif
+      wait_record(ir, deadline, timeout, &kind, &rec);
+      if (kind == kRingBodyAt && off == 0) {  // in the arena (skip_body; recv_body takes it in place first)
+        Tensor t = arena_tensor(ir, rec, kUInt8, {static_cast<int64_t>(n)}, n);
+        if (dst && n) std::memcpy(dst, t.data_ptr(), n);
+        return;
       }
       if (kind != kRingBody && kind != kRingBodyEnd) {
         throw CommError("[message_lane] a record of kind " + std::to_string(kind) + " in the ring from rank " +
@@ -1025,6 +1242,8 @@ class MpiLane final : public MessageLane {
   std::string ring_head_;      // ... and that head, copied out (its record is freed for the bodies behind it)
   int64_t ring_body_bytes_ = -1;  // the largest body in the rings (a quarter of one; -1: no rings)
   size_t ring_piece_ = kRingPiece;  // a body's piece in the rings (less when a ring's record is smaller)
+  std::vector<ArenaOut> arena_out_;                 // per world rank (empty without arenas), under send_mu_
+  std::vector<std::shared_ptr<ArenaMap>> arena_in_;  // per in_rings_ entry (empty without arenas)
   bool mpi_heads_ = true;  // heads may come by MPI (false when every rank is on this node, with rings)
 };
 

@@ -492,6 +492,59 @@ TEST(MpiMessageLane, BodiesInTheRingComeInPiecesBesideLargerOnesByMpi) {
   pg->barrier();
 }
 
+// A body that goes in the ring is copied once, into the pair's arena, and received in place there
+// (in_arena): rank 1 holds what it receives, so the arena (4 MB between two ranks) fills, and later
+// bodies come in pieces instead, whole and in order; once rank 1 lets go of them the arena takes bodies
+// again. With TROUPE_LANE_ARENA=0 (ctest comm_mpi_lane_np2_no_arena), without rings or to another node,
+// no body is in an arena and all the same arrive.
+TEST(MpiMessageLane, BodiesInTheArenaStayThereUntilFreedAndPiecesTakeOverWhenItIsFull) {
+  LANE_SETUP(pg, lane);
+  const bool ring = std::getenv("TROUPE_LANE_SHM") == nullptr || std::string(std::getenv("TROUPE_LANE_SHM")) != "0";
+  const bool arena_on = ring && (std::getenv("TROUPE_LANE_ARENA") == nullptr || std::string(std::getenv("TROUPE_LANE_ARENA")) != "0");
+  pg->barrier();
+  if (pg->rank() > 1) {
+    pg->barrier();
+    pg->barrier();
+    return;
+  }
+  const int peer = 1 - pg->rank();
+  const bool arena = arena_on && lane->on_node(peer) && lane->ring_body_bytes(peer) > 0;
+  auto f32 = TensorOptions().dtype(kFloat32);
+  const int64_t floats = std::max<int64_t>(lane->ring_body_bytes(peer), 4096) / 4;  // 256 KB with rings
+  auto body = [&](int round, int k) { return full({floats}, static_cast<double>(round * 1000 + k), f32); };
+  constexpr int kBodies = 24;  // 6 MB with rings: more than the arena holds
+  for (int round = 0; round < 2; ++round) {
+    if (pg->rank() == 0) {
+      for (int k = 0; k < kBodies; ++k) lane->post(1, "a" + std::to_string(k), {body(round, k)});
+      const auto until = Clock::now() + 10s;
+      while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
+    } else {
+      std::vector<Tensor> held;
+      int in = 0;
+      for (int k = 0; k < kBodies; ++k) {
+        ASSERT_EQ(next_head(*lane).head, "a" + std::to_string(k));
+        Tensor t = lane->recv_body(0, kFloat32, {floats}, 10000ms);
+        ASSERT_TRUE(equal(t, body(round, k))) << "round " << round << ", body " << k;
+        in += lane->in_arena(t) ? 1 : 0;
+        held.push_back(t);
+      }
+      if (arena) {
+        // The arena's 4 MB hold 16 bodies of 256 KB, and rank 1 frees none during a round: exactly 16 come
+        // in it, the rest in pieces.
+        EXPECT_EQ(in, static_cast<int>((int64_t{4} << 20) / (floats * 4))) << "round " << round;
+        EXPECT_TRUE(lane->in_arena(held.front()));
+        EXPECT_FALSE(lane->in_arena(held.back()));
+        Tensor copy = held.front().clone();
+        EXPECT_FALSE(lane->in_arena(copy));
+      } else {
+        EXPECT_EQ(in, 0);
+      }
+      // held goes here: the arena's pages are free again for the next round
+    }
+    pg->barrier();
+  }
+}
+
 // Ranks 0 and 1 send each other 8 bodies of 256 KB at once (2 MB each way, a ring holds 1 MB): each
 // post moves its pieces for at most 50 ms and leaves the rest waiting; then each rank receives the
 // other's, every body whole and in order, and the rest of its own leaves meanwhile (its polls, and its
