@@ -971,26 +971,26 @@ class System {
       System* sys;
       comm::MessageLane* l;
       bool gave_up = false;
-      Poller(System* s, comm::MessageLane* x) : sys(s), l(x) {
-        l->polling(true);
-        sys->lane_pollers_.fetch_add(1, std::memory_order_relaxed);
-      }
-      ~Poller() {
-        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) == 1 && sys->lane_polled_nap_.count() > 0) {
-          const int64_t since_call = ns_of(std::chrono::steady_clock::now()) - sys->lane_remote_call_ns_.load(std::memory_order_relaxed);
-          if (gave_up || since_call < kLaneRemoteCallsMs * 1000000) l->wake_idle();
-        }
-        l->polling(false);
-      }
+      Poller(System* s, comm::MessageLane* x) : sys(s), l(x) { enter(); }
+      ~Poller() { leave(false); }
       /// Not a poller while it runs the Calls it claimed: heads that come meanwhile are the lane thread's
       /// to read (its idle_wait leaves a head to a thread that polls, and posters do not ring for it).
-      void pause() {
-        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) == 1 && sys->lane_polled_nap_.count() > 0) l->wake_idle();
-        l->polling(false);
-      }
-      void resume() {
+      void pause() { leave(true); }
+      void resume() { enter(); }
+      void enter() {
         l->polling(true);
         sys->lane_pollers_.fetch_add(1, std::memory_order_relaxed);
+      }
+      /// The last poller to leave wakes the lane thread from its long nap when `always`, when this one
+      /// gave up, or when Calls came from another node within kLaneRemoteCallsMs.
+      void leave(bool always) {
+        if (sys->lane_pollers_.fetch_sub(1, std::memory_order_relaxed) == 1 && sys->lane_polled_nap_.count() > 0 &&
+            (always || gave_up ||
+             ns_of(std::chrono::steady_clock::now()) - sys->lane_remote_call_ns_.load(std::memory_order_relaxed) <
+                 kLaneRemoteCallsMs * 1000000)) {
+          l->wake_idle();
+        }
+        l->polling(false);
       }
     } poller(this, lane.get());
     while (!w.done()) {

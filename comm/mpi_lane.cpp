@@ -615,10 +615,8 @@ class MpiLane final : public MessageLane {
       if (kind != kRingAnnounce) {
         // A body's piece nobody asked for (its head was dropped above this layer without its bodies being
         // skipped): freed, so that the ring goes on (a body in the arena: its pages too).
-        if (kind == kRingBodyAt && i < arena_in_.size() && rec.size() == sizeof(ArenaRecord)) {
-          ArenaRecord r{};
-          std::memcpy(&r, rec.data(), sizeof r);
-          if (r.page < arena_in_[i]->pages) arena_in_[i]->freed()[r.page].store(1, std::memory_order_release);
+        if (kind == kRingBodyAt) {
+          if (auto r = arena_record(i, rec)) arena_in_[i]->freed()[r->page].store(1, std::memory_order_release);
         }
         ir.ring.pop();
         popped_ = -1;
@@ -1071,21 +1069,34 @@ class MpiLane final : public MessageLane {
     }
   }
 
+  /// kRingBodyAt record `rec` from in_rings_[idx], checked against that ring's arena; nullopt when it is
+  /// malformed (another size, pages outside the arena, more bytes than its pages).
+  std::optional<ArenaRecord> arena_record(size_t idx, std::string_view rec) const {
+    ArenaRecord r{};
+    if (idx >= arena_in_.size() || rec.size() != sizeof r) return std::nullopt;
+    std::memcpy(&r, rec.data(), sizeof r);
+    if (r.pages == 0 || static_cast<size_t>(r.page) + r.pages > arena_in_[idx]->pages ||
+        r.bytes > static_cast<uint64_t>(r.pages) * kArenaPage) {
+      return std::nullopt;
+    }
+    return r;
+  }
+
   /// The body of `n` bytes whose kRingBodyAt record `rec` is next in `ir` (the ring of in_rings_'s entry
   /// ring_bodies_from_): a tensor of `dtype` and `shape` over its pages of the arena, which it frees for
   /// the sender when it goes; the record popped. A record of another size frees its pages and is refused
   /// as a body of another size is.
   Tensor arena_tensor(InRing& ir, std::string_view rec, ScalarType dtype, const std::vector<int64_t>& shape, size_t n) {
-    ArenaRecord r{};
     const size_t idx = static_cast<size_t>(&ir - in_rings_.data());
-    const std::shared_ptr<ArenaMap> m = idx < arena_in_.size() ? arena_in_[idx] : nullptr;
-    if (rec.size() == sizeof r) std::memcpy(&r, rec.data(), sizeof r);
+    const std::optional<ArenaRecord> got = arena_record(idx, rec);
+    const size_t rec_bytes = rec.size();
     ir.ring.pop();
-    if (!m || rec.size() != sizeof r || r.pages == 0 || static_cast<size_t>(r.page) + r.pages > m->pages ||
-        r.bytes > static_cast<uint64_t>(r.pages) * kArenaPage) {
-      throw CommError("[message_lane] a malformed arena record (" + std::to_string(rec.size()) + " bytes) in the ring from rank " +
+    if (!got) {
+      throw CommError("[message_lane] a malformed arena record (" + std::to_string(rec_bytes) + " bytes) in the ring from rank " +
                       std::to_string(ir.source));
     }
+    const ArenaRecord r = *got;
+    const std::shared_ptr<ArenaMap> m = arena_in_[idx];
     std::atomic<uint32_t>* flag = &m->freed()[r.page];
     if (r.bytes != n) {
       flag->store(1, std::memory_order_release);
