@@ -837,15 +837,25 @@ class System {
 
   /// Answers request `id` of rank `dest`, which came on the lane.
   void lane_reply(int dest, uint64_t id, bool ok, Value result, std::string error) {
+    // The result in this thread's List, which keeps its buffer between replies (one allocation fewer
+    // each; none of what runs until it is cleared replies on this thread).
+    static thread_local List t_values;
+    struct Cleared {
+      List& l;
+      ~Cleared() { l.clear(); }
+    } cleared{t_values};
+    List& values = t_values;
+    values.clear();
+    if (ok) values.push_back(std::move(result));
     int64_t weight = -1;
-    if (ok && (has_refs(result) || !lane_fits(List{result}, dest, false, &weight))) {
+    if (ok && (has_refs(values.front()) || !lane_fits(values, dest, false, &weight))) {
       caf::actor router;
       {
         std::lock_guard<std::mutex> g(mu_);
         router = routers_[dest];
       }
       Reply r{id, ok, std::move(error), Payload{}};
-      r.result.values.push_back(std::move(result));
+      r.result.values.push_back(std::move(values.front()));
       send_data_plane(r.result, dest);
       caf::anon_send(router, std::move(r));
       return;
@@ -859,8 +869,6 @@ class System {
     std::vector<Tensor> bodies;
     std::string& head = lane_head_buffer();
     try {
-      List values;
-      if (ok) values.push_back(std::move(result));
       lane_encode(head, lh, values, bodies, weight);
     } catch (const std::exception& e) {
       lh.ok = false;
@@ -1293,20 +1301,26 @@ class System {
     head.reserve(static_cast<size_t>(96 + static_cast<int64_t>(lh.text.size()) + std::min(total, lane_inline_bytes_ + 4096)));
     wire::encode_lane_head(lh, head);
     const size_t count_at = head.size() - sizeof(uint32_t);
-    int64_t inlined = 0;
+    // (The offloader reaches its state through one pointer: a lambda that captured each by reference
+    // outgrew std::function's inline buffer, a heap allocation per message.)
+    struct Offload {
+      int64_t inlined, limit;
+      std::vector<Tensor>* bodies;
+      wire::LaneHead* lh;
+    } off{0, lane_inline_bytes_, &bodies, &lh};
     wire::encode(
         values, head, [](const ActorRef&) -> uint32_t { throw ActorError("[actors] wire: an ActorRef on the lane"); },
-        [&](const Tensor& t0) -> int64_t {
+        [o = &off](const Tensor& t0) -> int64_t {
           const int64_t n = static_cast<int64_t>(t0.nbytes());
-          if (inlined + n <= lane_inline_bytes_) {
-            inlined += n;
+          if (o->inlined + n <= o->limit) {
+            o->inlined += n;
             return -1;
           }
           Tensor t = t0.is_cpu() ? t0 : t0.cpu();
           if (!t.is_contiguous()) t = t.contiguous();
-          bodies.push_back(t);
-          lh.bodies.push_back(t.nbytes());
-          return static_cast<int64_t>(bodies.size() - 1);
+          o->bodies->push_back(t);
+          o->lh->bodies.push_back(t.nbytes());
+          return static_cast<int64_t>(o->bodies->size() - 1);
         });
     if (!lh.bodies.empty()) {
       const uint32_t count = static_cast<uint32_t>(lh.bodies.size());
@@ -1370,25 +1384,33 @@ class System {
     note_remote(src, true, lh.kind != wire::LaneHead::kReply);
     List values;
     std::string err;
-    size_t next = 0;
+    // The fetcher's state behind one pointer (see lane_encode's Offload).
+    struct Fetch {
+      size_t next;
+      const wire::LaneHead* lh;
+      comm::MessageLane* lane;
+      int src;
+    } fetch{0, &lh, lane_.get(), src};
+    size_t& next = fetch.next;
     try {
       values = wire::decode(
           head.data() + lh.blob_offset, head.size() - lh.blob_offset,
           [](uint32_t, std::string, int) -> ActorRef { throw ActorError("[actors] wire: an ActorRef on the lane"); },
-          [&](ScalarType dtype, const std::vector<int64_t>& shape, int64_t idx) {
-            if (idx < 0 || static_cast<size_t>(idx) != next || next >= lh.bodies.size()) {
-              throw ActorError("[actors] wire: lane body " + std::to_string(idx) + " where body " + std::to_string(next) + " of " +
-                               std::to_string(lh.bodies.size()) + " comes next");
+          [f = &fetch](ScalarType dtype, const std::vector<int64_t>& shape, int64_t idx) {
+            const std::vector<uint64_t>& bodies = f->lh->bodies;
+            if (idx < 0 || static_cast<size_t>(idx) != f->next || f->next >= bodies.size()) {
+              throw ActorError("[actors] wire: lane body " + std::to_string(idx) + " where body " + std::to_string(f->next) +
+                               " of " + std::to_string(bodies.size()) + " comes next");
             }
             uint64_t numel = 1;
             for (int64_t d : shape) numel *= static_cast<uint64_t>(d);  // bounded by the decoder
             const uint64_t want = numel * element_size(dtype);
-            if (want != lh.bodies[next]) {
+            if (want != bodies[f->next]) {
               throw ActorError("[actors] wire: a lane tensor of " + std::to_string(want) + " bytes whose body has " +
-                               std::to_string(lh.bodies[next]));
+                               std::to_string(bodies[f->next]));
             }
-            ++next;
-            return lane_->recv_body(src, dtype, shape, kLaneBodyTimeout);
+            ++f->next;
+            return f->lane->recv_body(f->src, dtype, shape, kLaneBodyTimeout);
           });
     } catch (const std::exception& e) {
       err = e.what();

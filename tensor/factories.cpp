@@ -33,7 +33,8 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) {
   ScalarType dt = opts.dtype();
   auto storage = std::make_shared<StorageImpl>(static_cast<size_t>(n) * element_size(dt), opts.device());
   auto sz = sizes.vec();
-  auto impl = std::make_shared<TensorImpl>(std::move(storage), sz, contiguous_strides(sz), 0, dt);
+  auto st = contiguous_strides(sz);
+  auto impl = std::make_shared<TensorImpl>(std::move(storage), std::move(sz), std::move(st), 0, dt);
   Tensor t(std::move(impl));
   if (opts.requires_grad()) t.requires_grad_(true);
   return t;
