@@ -92,12 +92,23 @@ class ShmRing {
   bool peek(uint32_t* kind, std::string_view* out) {
     uint64_t t = ctl_->tail.load(std::memory_order_relaxed);  // only the consumer writes it
     const uint64_t h = ctl_->head.load(std::memory_order_acquire);
+    // Records start on the 8-byte grid and at most the capacity is published: else a header would be
+    // read past the ring's end, or wrap markers followed round the ring for ever.
+    if ((t & 7) != 0 || h - t > cap_) {
+      throw std::runtime_error("[shm_ring] counters head " + std::to_string(h) + ", tail " + std::to_string(t) + " (ring of " +
+                               std::to_string(cap_) + " bytes): the shared memory was overwritten");
+    }
     while (t != h) {
       const size_t pos = static_cast<size_t>(t & mask_);
       uint32_t len = 0, k = 0;
       std::memcpy(&len, data_ + pos, 4);
       std::memcpy(&k, data_ + pos + 4, 4);
       if (k == kWrap) {
+        // A wrap is published with the record after it (push), so the bytes to the end are not all.
+        if (t + (cap_ - pos) >= h) {
+          throw std::runtime_error("[shm_ring] a wrap marker at " + std::to_string(pos) + " runs past the " +
+                                   std::to_string(h - t) + " bytes published: the shared memory was overwritten");
+        }
         t += cap_ - pos;
         ctl_->tail.store(t, std::memory_order_release);
         continue;

@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=60
 if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then seconds=$1; shift; fi
 if [[ $# -gt 0 && ($1 == -h || $1 == --help) ]]; then sed -n '2,11p' "$0"; exit 0; fi
-all=(checkpoint safetensors digits mnist wire metrics_jsonl tfevents auth_listener auth_peer jit_archive)
+all=(checkpoint safetensors digits mnist wire metrics_jsonl tfevents auth_listener auth_peer lane_ring jit_archive)
 entries=("$@")
 [[ ${#entries[@]} -gt 0 ]] || entries=("${all[@]}")
 for e in "${entries[@]}"; do

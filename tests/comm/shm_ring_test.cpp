@@ -143,3 +143,56 @@ TEST(ShmRing, BadCapacitiesRecordsAndOverwrittenMemoryAreErrors) {
     EXPECT_NE(std::string(e.what()).find("a record of 1048576 bytes at 0 runs past the ring"), std::string::npos) << e.what();
   }
 }
+
+// The counters overwritten: a tail off the 8-byte grid (its header would be read past the ring's end),
+// more published than the ring holds, and a wrap marker that jumps past what was published (the
+// consumer went round the ring for ever) are refused, naming the counters.
+TEST(ShmRing, OverwrittenCountersAreErrorsNotReadsPastTheRingOrEndlessLoops) {
+  constexpr size_t cap = 4096;
+  auto counters = [](char* p, uint64_t head, uint64_t tail) {
+    std::memcpy(p, &head, 8);       // Ctl::head, on the first cache line
+    std::memcpy(p + 64, &tail, 8);  // Ctl::tail, on the second
+  };
+  auto refused = [&](char* p, const std::string& what) {
+    ShmRing cons(p, cap);
+    uint32_t kind = 0;
+    std::string_view v;
+    try {
+      cons.peek(&kind, &v);
+      ADD_FAILURE() << "read: " << what;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  {
+    RingMem mem(cap);
+    counters(mem.p, cap - 4 + 16, cap - 4);  // the header at 4092 would end 4 bytes past the ring
+    refused(mem.p, "head 4108, tail 4092");
+  }
+  {
+    RingMem mem(cap);
+    counters(mem.p, cap + 8, 0);
+    refused(mem.p, "head 4104, tail 0");
+  }
+  {
+    RingMem mem(cap);
+    const uint32_t wrap[2] = {0, ShmRing::kWrap};
+    std::memcpy(mem.p + ShmRing::kCtlBytes, wrap, 8);  // a wrap marker at 0: round and round before the fix
+    counters(mem.p, 8, 0);
+    refused(mem.p, "a wrap marker at 0 runs past the 8 bytes published");
+  }
+  {  // after a legitimate wrap: still read
+    RingMem mem(cap);
+    ShmRing prod(mem.p, cap), cons(mem.p, cap);
+    const std::string r(1000, 'r');
+    uint32_t kind = 0;
+    std::string_view v;
+    for (int i = 0; i < 12; ++i) {
+      ASSERT_TRUE(prod.push(static_cast<uint32_t>(i), r.data(), r.size()));
+      ASSERT_TRUE(cons.peek(&kind, &v));
+      EXPECT_EQ(kind, static_cast<uint32_t>(i));
+      EXPECT_EQ(v, r);
+      cons.pop();
+    }
+  }
+}

@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 
 #include <troupe/actors/auth.h>
 #include <troupe/actors/wire.h>
+#include <troupe/comm/shm_ring.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::fuzz {
@@ -42,6 +46,74 @@ Seeds seeds_wire() {
           {"bad-trailing", ok + "x"}};
 }
 
+// ---- the lane's shared-memory ring (comm/shm_ring.h), which another process of the node writes: `data`
+// is its two counters (head, then tail: 8 bytes each) and then its 4 KB of records (zeros after the end),
+// read by the consumer until it is empty or refuses.
+constexpr size_t kRingCap = 4096;
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+bool run_lane_ring(const uint8_t* data, size_t size) {
+  std::unique_ptr<char, FreeDeleter> mem(static_cast<char*>(std::aligned_alloc(64, comm::ShmRing::bytes(kRingCap))));
+  comm::ShmRing::init(mem.get(), kRingCap);
+  uint64_t head = 0, tail = 0;
+  std::memcpy(&head, data, std::min<size_t>(size, 8));
+  if (size > 8) std::memcpy(&tail, data + 8, std::min<size_t>(size - 8, 8));
+  std::memcpy(mem.get(), &head, 8);       // the counters' places in the ring's control block
+  std::memcpy(mem.get() + 64, &tail, 8);
+  if (size > 16) std::memcpy(mem.get() + comm::ShmRing::kCtlBytes, data + 16, std::min(size - 16, kRingCap));
+  bool ok = false;
+  guarded([&] {
+    comm::ShmRing ring(mem.get(), kRingCap);
+    uint32_t kind = 0;
+    std::string_view rec;
+    uint64_t bytes = 0;
+    while (ring.peek(&kind, &rec)) {
+      for (char c : rec) bytes += static_cast<unsigned char>(c);  // every byte handed out is read
+      ring.pop();
+    }
+    ok = bytes != ~uint64_t{0};
+  });
+  return ok;
+}
+/// A ring's counters and records as run_lane_ring takes them.
+std::string ring_image(const char* mem) {
+  std::string s(16 + kRingCap, '\0');
+  std::memcpy(s.data(), mem, 8);
+  std::memcpy(s.data() + 8, mem + 64, 8);
+  std::memcpy(s.data() + 16, mem + comm::ShmRing::kCtlBytes, kRingCap);
+  return s;
+}
+Seeds seeds_lane_ring() {
+  std::unique_ptr<char, FreeDeleter> mem(static_cast<char*>(std::aligned_alloc(64, comm::ShmRing::bytes(kRingCap))));
+  comm::ShmRing::init(mem.get(), kRingCap);
+  comm::ShmRing prod(mem.get(), kRingCap), cons(mem.get(), kRingCap);
+  const std::string r(1000, 'r');
+  uint32_t kind = 0;
+  std::string_view v;
+  for (uint32_t i = 0; i < 4; ++i) {  // 4 records in and out: the next ones wrap
+    prod.push(i, r.data(), r.size());
+    cons.peek(&kind, &v);
+    cons.pop();
+  }
+  prod.push(7, "head", 4);
+  prod.push(8, r.data(), r.size());  // after a wrap marker at 4048
+  prod.push(9, "", 0);
+  const std::string ok = ring_image(mem.get());
+  std::string off_grid = ok, too_much = ok, overlong = ok, wrap_past = ok;
+  const uint64_t tail4 = 4 * 1008 + 4, head_far = 4 * 1008 + kRingCap + 8;
+  std::memcpy(off_grid.data() + 8, &tail4, 8);
+  std::memcpy(too_much.data(), &head_far, 8);
+  const uint32_t huge = 5000;
+  std::memcpy(overlong.data() + 16 + 4 * 1008, &huge, 4);  // the record "head"'s length
+  const uint64_t h8 = 8, t0 = 0;
+  const uint32_t wrap[2] = {0, comm::ShmRing::kWrap};
+  std::memcpy(wrap_past.data(), &h8, 8);
+  std::memcpy(wrap_past.data() + 8, &t0, 8);
+  std::memcpy(wrap_past.data() + 16, wrap, 8);
+  return {{"ok-records-across-the-wrap", ok}, {"bad-tail-off-grid", off_grid}, {"bad-more-than-capacity", too_much},
+          {"bad-record-past-the-ring", overlong}, {"bad-wrap-past-published", wrap_past}};
+}
 
 // ---- the actor systems' connection handshake (actors/auth.h), over a socket pair: `data` is what the
 // other side sends, then it closes its writing half.
@@ -88,6 +160,8 @@ std::vector<Entry> actors_entries() {
       {"wire", "actor messages (actors::wire::decode)", run_wire, seeds_wire},
       {"auth_listener", "a peer's handshake response (actors::auth::accept_peer)", run_auth_listener, seeds_auth},
       {"auth_peer", "a listener's challenge and proof (actors::auth::prove_to_listener)", run_auth_peer, seeds_auth},
+      {"lane_ring", "the lane's shared-memory ring of records from another process (comm::ShmRing::peek)", run_lane_ring,
+       seeds_lane_ring},
   };
 }
 
