@@ -3,6 +3,7 @@
 // troupe Actor's handlers, ActorRef and Runtime. The only translation unit besides payload.cpp that
 // includes CAF.
 #include <unistd.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <array>
@@ -306,6 +307,10 @@ class ItemQueue {
 /// is idle, which then runs what is queued, one message at a time, in arrival order. Calls from other
 /// processes arrive as CAF messages and join the same queue. When the Actor allows it, a thread waiting
 /// for a request that is first in the queue of an idle host runs it itself (run_inline).
+/// Actors this thread woke (Host::push): the lane thread steps aside once after a poll that woke one,
+/// when the process has one core (System::lane_yield_).
+thread_local uint64_t t_woke_actors = 0;
+
 struct Host : InlineRunner {
   std::unique_ptr<Actor> actor;
   std::string name;
@@ -332,8 +337,12 @@ struct Host : InlineRunner {
         if (post) posted_ = true;
       }
     }
-    if (here) run_here(it, handle);
-    else if (post) caf::anon_send(handle, tr_drain_atom::value);
+    if (here) {
+      run_here(it, handle);
+    } else if (post) {
+      caf::anon_send(handle, tr_drain_atom::value);
+      ++t_woke_actors;
+    }
     return std::nullopt;
   }
   /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
@@ -739,6 +748,14 @@ class System {
     lane_wait_spin_ = std::chrono::microseconds(env_int("TROUPE_ACTOR_LANE_WAIT_SPIN_US", kLaneWaitSpinUs));
     lane_remote_spin_ns_ = lane_->all_on_node() ? 0 : env_int("TROUPE_ACTOR_LANE_REMOTE_SPIN_US", kLaneRemoteSpinUs) * 1000;
     lane_run_inline_ns_ = env_int("TROUPE_ACTOR_LANE_RUN_INLINE_US", kLaneRunInlineUs) * 1000;
+    {  // see lane_yield_
+      cpu_set_t cpus;
+      CPU_ZERO(&cpus);
+      int node_ranks = 1;
+      for (int r = 0; r < lane_->size(); ++r) node_ranks += r != lane_->rank() && lane_->on_node(r) ? 1 : 0;
+      const bool crowded = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) <= node_ranks;
+      lane_yield_ = env_int("TROUPE_ACTOR_LANE_YIELD", crowded ? 1 : 0) != 0;
+    }
     lane_polled_nap_ = std::chrono::microseconds(
         lane_->all_on_node() ? 0 : env_int("TROUPE_ACTOR_LANE_POLLED_NAP_US", kLanePolledNapUs));
     if (const char* tp = std::getenv("TROUPE_ACTOR_LANE_TRACE"); tp && *tp && !g_lane_trace.on.load()) {
@@ -1002,16 +1019,19 @@ class System {
       }
     } poller(this, lane.get());
     while (!w.done()) {
-      bool got = false;
+      bool got = false, handed = false;
       {
         std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
         if (g.owns_lock()) {
           if (!lane_on_.load(std::memory_order_relaxed)) return false;
           t_lane_runs = lane_run_inline_ns_ > 0 && !t_lane_handler ? &runs : nullptr;
+          const uint64_t woke = t_woke_actors;
           got = lane_poll_some(&w);
           t_lane_runs = nullptr;
+          handed = t_woke_actors != woke;
         }
       }
+      if (handed && lane_yield_) sched_yield();  // as the lane thread does (lane_yield_)
       if (!runs.empty()) {
         struct Paused {
           Poller& p;
@@ -1449,17 +1469,20 @@ class System {
   /// meanwhile, and a ring wakes this thread anyway). `last`: when a message last came.
   void lane_turn(std::vector<LaneRun>* runs, std::chrono::steady_clock::time_point& last,
                  std::chrono::microseconds nap, bool top = false) {
-    bool got = false, busy = false, polled = false;
+    bool got = false, busy = false, polled = false, handed = false;
     {
       std::unique_lock<std::mutex> g(lane_progress_mu_, std::try_to_lock);
       if (g.owns_lock()) {
         polled = true;
         t_lane_runs = runs;
+        const uint64_t woke = t_woke_actors;
         got = lane_poll_some();
         t_lane_runs = nullptr;
         busy = !got && lane_->pending_sends() > 0;
+        handed = t_woke_actors != woke;
       }
     }
+    if (handed && lane_yield_) sched_yield();
     const auto now = std::chrono::steady_clock::now();
     if (got) {
       last = now;
@@ -1695,6 +1718,14 @@ class System {
   }
 
  private:
+  // The lane thread yields its core once after a poll that woke an actor's thread (a Call for an actor
+  // that does not run inline: CAF's shared workers or its own thread) when this process may use no more
+  // cores than the node has ranks (mpirun binds each of 2 ranks to a core of its own): it spins on after
+  // a Call (lane_spin_), and the woken thread waited for that core until the spin ended. Requests to
+  // the benchmark's shared-thread sink on one host took 0.024-0.025 ms at 4 KB and 0.031-0.045 at 64 KB
+  // without, 0.010-0.012 and 0.017-0.019 with (3 alternated runs each; unbound, 2 ranks on 2 cores:
+  // 0.050-0.056 and 0.028-0.035 at 4 KB). TROUPE_ACTOR_LANE_YIELD=0/1 overrides.
+  bool lane_yield_ = false;
   int first_rank_;
   int local_ranks_;
   int size_;
