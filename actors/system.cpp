@@ -302,15 +302,16 @@ class ItemQueue {
   size_t n_free_ = 0;
 };
 
+/// Actors this thread woke (Host::push): the lane thread, or a waiter, yields its core once after a
+/// poll that woke one, when the process may use no more cores than its node has ranks
+/// (System::lane_yield_).
+thread_local uint64_t t_woke_actors = 0;
+
 /// A troupe actor in this process: its Actor and its mailbox. A message from this process is queued here
 /// under the host's lock (no CAF message of its own); a `tr_drain` CAF message wakes the CAF actor when it
 /// is idle, which then runs what is queued, one message at a time, in arrival order. Calls from other
 /// processes arrive as CAF messages and join the same queue. When the Actor allows it, a thread waiting
 /// for a request that is first in the queue of an idle host runs it itself (run_inline).
-/// Actors this thread woke (Host::push): the lane thread steps aside once after a poll that woke one,
-/// when the process has one core (System::lane_yield_).
-thread_local uint64_t t_woke_actors = 0;
-
 struct Host : InlineRunner {
   std::unique_ptr<Actor> actor;
   std::string name;
@@ -1722,9 +1723,11 @@ class System {
   // that does not run inline: CAF's shared workers or its own thread) when this process may use no more
   // cores than the node has ranks (mpirun binds each of 2 ranks to a core of its own): it spins on after
   // a Call (lane_spin_), and the woken thread waited for that core until the spin ended. Requests to
-  // the benchmark's shared-thread sink on one host took 0.024-0.025 ms at 4 KB and 0.031-0.045 at 64 KB
-  // without, 0.010-0.012 and 0.017-0.019 with (3 alternated runs each; unbound, 2 ranks on 2 cores:
-  // 0.050-0.056 and 0.028-0.035 at 4 KB). TROUPE_ACTOR_LANE_YIELD=0/1 overrides.
+  // the benchmark's shared-thread sink on one host took 0.022-0.025 ms at 4 KB and 0.028-0.045 at 64 KB
+  // without, 0.010-0.013 and 0.016-0.020 with (6 alternated runs each; unbound, 2 ranks on 2 cores:
+  // 0.050-0.056 and 0.028-0.035 at 4 KB). Not where the process has cores to spare: between two test
+  // hosts (one rank each) a forced yield made that sink slower (0.145 ms against 0.045 at 4 KB, one run
+  // each). TROUPE_ACTOR_LANE_YIELD=0/1 overrides.
   bool lane_yield_ = false;
   int first_rank_;
   int local_ranks_;
