@@ -124,4 +124,10 @@ class MessageLane {
 /// (TROUPE_HAVE_MPI).
 std::shared_ptr<MessageLane> make_message_lane(const ProcessGroupPtr& world);
 
+namespace lane_testing {
+/// For tests only: overwrites the counters of the shared-memory ring from `lane`'s rank to `dest` (as a
+/// process scribbling on the node's shared memory would); false when there is no ring to `dest`.
+bool overwrite_ring_counters(MessageLane& lane, int dest, uint64_t head, uint64_t tail);
+}  // namespace lane_testing
+
 }  // namespace troupe::comm

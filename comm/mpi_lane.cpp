@@ -339,6 +339,14 @@ class MpiLane final : public MessageLane {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  /// lane_testing::overwrite_ring_counters.
+  bool overwrite_ring_counters(int dest, uint64_t head, uint64_t tail) {
+    std::lock_guard<std::mutex> g(send_mu_);
+    if (dest < 0 || static_cast<size_t>(dest) >= out_rings_.size() || !out_rings_[static_cast<size_t>(dest)]) return false;
+    out_rings_[static_cast<size_t>(dest)]->overwrite_counters(head, tail);
+    return true;
+  }
+
   void post(int dest, std::string&& head, std::vector<Tensor> bodies, bool awaited) override {
     if (dest < 0 || dest >= size_ || dest == rank_) {
       throw CommError("[message_lane] post to rank " + std::to_string(dest) + " (world of " + std::to_string(size_) +
@@ -587,13 +595,16 @@ class MpiLane final : public MessageLane {
     for (size_t k = 0; k < in_rings_.size(); ++k) {
       const size_t i = (next_ring_ + k) % in_rings_.size();
       InRing& ir = in_rings_[i];
+      if (!ir.broken.empty()) continue;
       uint32_t kind = 0;
       std::string_view rec;
       bool got = false;
       try {
         got = ir.ring.peek(&kind, &rec);
       } catch (const std::exception& e) {
-        throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what());
+        ir.broken = e.what();
+        throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what() +
+                        " (nothing more is read from it)");
       }
       if (!got) continue;
       next_ring_ = i + 1;
@@ -754,6 +765,9 @@ class MpiLane final : public MessageLane {
   struct InRing {
     int source;
     ShmRing ring;
+    // Why it is no longer read (its counters were found overwritten): one error, then it is skipped, so
+    // that a poll reaches the rings after it (the error came again at every poll, before any other ring).
+    std::string broken;
   };
   struct Waiting {  // a record that found no room in its ring yet: a head, an announcement, a body's piece
     std::shared_ptr<Keep> keep;
@@ -908,7 +922,7 @@ class MpiLane final : public MessageLane {
       if (j == me) continue;
       out_rings_[static_cast<size_t>(wranks[j])] =
           std::make_unique<ShmRing>(seg[static_cast<size_t>(j)] + stride * static_cast<size_t>(me), cap);
-      in_rings_.push_back(InRing{wranks[j], ShmRing(seg[static_cast<size_t>(me)] + stride * static_cast<size_t>(j), cap)});
+      in_rings_.push_back(InRing{wranks[j], ShmRing(seg[static_cast<size_t>(me)] + stride * static_cast<size_t>(j), cap), {}});
     }
     mpi_heads_ = !all_on_node_;
     ring_body_bytes_ = static_cast<int64_t>(cap / 4);
@@ -1259,6 +1273,13 @@ class MpiLane final : public MessageLane {
 };
 
 }  // namespace
+
+namespace lane_testing {
+bool overwrite_ring_counters(MessageLane& lane, int dest, uint64_t head, uint64_t tail) {
+  auto* l = dynamic_cast<MpiLane*>(&lane);
+  return l && l->overwrite_ring_counters(dest, head, tail);
+}
+}  // namespace lane_testing
 
 std::shared_ptr<MessageLane> make_message_lane(const ProcessGroupPtr& world) {
   if (!world || world->backend() != "mpi" || !mpi_alive()) return nullptr;

@@ -126,6 +126,12 @@ class ShmRing {
     return false;
   }
 
+  /// For tests: overwrites both counters (what another process scribbling on the memory would do).
+  void overwrite_counters(uint64_t head, uint64_t tail) {
+    ctl_->head.store(head, std::memory_order_release);
+    ctl_->tail.store(tail, std::memory_order_release);
+  }
+
   /// Consumer: frees the record the last peek() returned.
   void pop() {
     if (!peeked_) return;
