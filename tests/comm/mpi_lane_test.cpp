@@ -617,10 +617,13 @@ TEST(MpiMessageLane, AnOverwrittenRingIsReportedOnceAndTheOtherRingsAreStillRead
     pg->barrier();
     return;
   }
-  if (pg->rank() == 1) {
-    // A tail off the 8-byte grid, and 8 bytes "published": rank 0's next look at this ring finds them.
-    ASSERT_TRUE(lane_testing::overwrite_ring_counters(*lane, 0, 12, 4));
-  } else if (pg->rank() == 2) {
+  // A tail off the 8-byte grid, and 8 bytes "published", written before rank 0 looks at the ring (the
+  // barrier): a look between the two stores saw other counters, or read zeros as a record.
+  bool overwritten = true;
+  if (pg->rank() == 1) overwritten = lane_testing::overwrite_ring_counters(*lane, 0, 12, 4);
+  pg->barrier();
+  ASSERT_TRUE(overwritten);
+  if (pg->rank() == 2) {
     lane->post(0, "from-2-a", {});
     lane->post(0, "from-2-b", {});
   } else if (pg->rank() == 0) {
