@@ -598,15 +598,7 @@ class MpiLane final : public MessageLane {
       if (!ir.broken.empty()) continue;
       uint32_t kind = 0;
       std::string_view rec;
-      bool got = false;
-      try {
-        got = ir.ring.peek(&kind, &rec);
-      } catch (const std::exception& e) {
-        ir.broken = e.what();
-        throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what() +
-                        " (nothing more is read from it)");
-      }
-      if (!got) continue;
+      if (!peek_ring(ir, &kind, &rec)) continue;
       next_ring_ = i + 1;
       popped_ = static_cast<int>(i);
       Incoming in;
@@ -1053,19 +1045,30 @@ class MpiLane final : public MessageLane {
     ring(rank_);  // the polling thread goes on with it
   }
 
+  /// The next record of `ir` (ShmRing::peek), or false. A ring whose counters or records were found
+  /// overwritten is broken from then on: its error, naming the rank, is thrown once by poll(), which then
+  /// skips it (see InRing::broken), and by every later read of a body from it.
+  bool peek_ring(InRing& ir, uint32_t* kind, std::string_view* rec) {
+    const auto fail = [&] {
+      return CommError("[message_lane] the ring from rank " + std::to_string(ir.source) + ": " + ir.broken +
+                       " (nothing more is read from it)");
+    };
+    if (!ir.broken.empty()) throw fail();
+    try {
+      return ir.ring.peek(kind, rec);
+    } catch (const std::exception& e) {
+      ir.broken = e.what();
+    }
+    throw fail();
+  }
+
   /// Waits for the next record of `ir` (a body's): moves this process's own waiting records meanwhile,
   /// fails on abort() or at the deadline.
   void wait_record(InRing& ir, mpi_impl::Clock::time_point deadline, std::chrono::milliseconds timeout, uint32_t* kind,
                    std::string_view* rec) {
     auto from = [&] { return "a body from rank " + std::to_string(ir.source); };
     for (int spins = 0;; ++spins) {
-      bool got = false;
-      try {
-        got = ir.ring.peek(kind, rec);
-      } catch (const std::exception& e) {
-        throw CommError(std::string("[message_lane] the ring from rank ") + std::to_string(ir.source) + ": " + e.what());
-      }
-      if (got) return;
+      if (peek_ring(ir, kind, rec)) return;
       if (aborted_.load()) throw CommError("[message_lane] stopped while " + from() + " was awaited");
       if ((spins & 63) == 63) {
         if (mpi_impl::Clock::now() > deadline) {
@@ -1149,7 +1152,7 @@ class MpiLane final : public MessageLane {
         ir.ring.pop();
         while (!last) {
           for (int spins = 0;; ++spins) {
-            if (ir.ring.peek(&kind, &rec)) break;
+            if (peek_ring(ir, &kind, &rec)) break;
             if (aborted_.load() || ((spins & 63) == 63 && mpi_impl::Clock::now() > deadline)) {
               throw CommError("[message_lane] " + from + " ended neither as announced nor within " + std::to_string(timeout.count()) + " ms");
             }
