@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include <troupe/tensor/backend.h>
 #include <troupe/tensor/ops.h>
 
 namespace troupe::actors::wire {
@@ -13,6 +14,9 @@ constexpr uint32_t kMagic = 0x31415254;  // "TRA1"
 constexpr int kMaxDepth = 32;
 constexpr int kMaxDims = 64;
 constexpr uint8_t kUndefinedTensor = 255;
+// A tensor's dtype code with this bit set: a device (type, index) follows; a CPU tensor's has it clear.
+constexpr uint8_t kOnDevice = 0x80;
+constexpr uint8_t kDeviceCuda = 1;
 
 template <class T>
 void put(std::string& out, T x) {
@@ -26,6 +30,25 @@ void put_string(std::string& out, const std::string& s) {
   out.append(s);
 }
 
+// A tensor's dtype (and its device unless it is the CPU), ndim and dims (a CUDA tensor's bytes follow from
+// its CPU copy).
+void put_tensor_header(std::string& out, const Tensor& t) {
+  const Device d = t.device();
+  const auto dt = static_cast<uint8_t>(t.dtype());
+  if (d.is_cpu()) {
+    put<uint8_t>(out, dt);
+  } else {
+    if (!d.is_cuda() || d.index > 255) throw ActorError("[actors] wire: a tensor on device " + d.str() + " (cpu and cuda:0-255 travel)");
+    put<uint8_t>(out, dt | kOnDevice);
+    put<uint8_t>(out, kDeviceCuda);
+    put<uint8_t>(out, static_cast<uint8_t>(std::max(d.index, 0)));
+  }
+  auto sizes = t.sizes();
+  if (sizes.size() > kMaxDims) throw ActorError("[actors] wire: a tensor of more than 64 dimensions");
+  put<uint8_t>(out, static_cast<uint8_t>(sizes.size()));
+  for (int64_t s : sizes) put<int64_t>(out, s);
+}
+
 void encode_value(const Value& v, std::string& out, const RefEncoder& refs, const TensorOffloader& offload, int depth) {
   if (depth > kMaxDepth) throw ActorError("[actors] wire: lists nest deeper than 32");
   const auto& var = v.get();
@@ -34,9 +57,7 @@ void encode_value(const Value& v, std::string& out, const RefEncoder& refs, cons
     int64_t id = offload(t);
     if (id >= 0) {
       put<uint8_t>(out, 8);
-      put<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
-      put<uint8_t>(out, static_cast<uint8_t>(t.sizes().size()));
-      for (int64_t d : t.sizes()) put<int64_t>(out, d);
+      put_tensor_header(out, t);
       put<int64_t>(out, id);
       return;
     }
@@ -54,13 +75,9 @@ void encode_value(const Value& v, std::string& out, const RefEncoder& refs, cons
         put<uint8_t>(out, kUndefinedTensor);
         break;
       }
+      put_tensor_header(out, t0);
       Tensor t = t0.is_cpu() ? t0 : t0.cpu();
       if (!t.is_contiguous()) t = t.contiguous();
-      put<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
-      auto sizes = t.sizes();
-      if (sizes.size() > kMaxDims) throw ActorError("[actors] wire: a tensor of more than 64 dimensions");
-      put<uint8_t>(out, static_cast<uint8_t>(sizes.size()));
-      for (int64_t d : sizes) put<int64_t>(out, d);
       out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
       break;
     }
@@ -115,8 +132,22 @@ class Reader {
   const char* end_;
 };
 
-// dtype and shape of a tensor record; `bound`: the most bytes it may claim.
-std::pair<ScalarType, std::vector<int64_t>> tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* what) {
+struct TensorHeader {
+  ScalarType dtype;
+  std::vector<int64_t> shape;
+  Device device;
+};
+
+// dtype, device and shape of a tensor record; `bound`: the most bytes it may claim.
+TensorHeader tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* what) {
+  Device device(kCPU);
+  if (dt & kOnDevice) {
+    dt = static_cast<uint8_t>(dt & ~kOnDevice);
+    const uint8_t type = r.get<uint8_t>("a tensor's device type");
+    const uint8_t index = r.get<uint8_t>("a tensor's device index");
+    if (type != kDeviceCuda) throw ActorError("[actors] wire: a tensor of unknown device type code " + std::to_string(type));
+    device = Device(kCUDA, index);
+  }
   if (dt > static_cast<uint8_t>(ScalarType::Float64)) {
     throw ActorError("[actors] wire: a tensor of unknown dtype code " + std::to_string(dt));
   }
@@ -137,7 +168,23 @@ std::pair<ScalarType, std::vector<int64_t>> tensor_header(Reader& r, uint8_t dt,
   if (too_big || numel > bound / esize) {
     throw ActorError("[actors] wire: a tensor's shape claims more bytes than the " + std::to_string(bound) + " " + what);
   }
-  return {dtype, std::move(shape)};
+  return {dtype, std::move(shape), device};
+}
+
+// `t` (decoded on the CPU) on the device it left from: tensors keep their device across processes, as they
+// do between the ranks of one process (by handle). A process without that device refuses it.
+Tensor to_sent_device(Tensor t, const Device& d) {
+  if (d.is_cpu()) return t;
+  if (!cuda::is_available()) {
+    throw ActorError("[actors] wire: a tensor sent from " + d.str() +
+                     " arrived in a process that has no CUDA device (tensors keep their device across processes; "
+                     "move it with .cpu() before sending)");
+  }
+  if (d.index >= cuda::device_count()) {
+    throw ActorError("[actors] wire: a tensor sent from " + d.str() + " arrived in a process that has " +
+                     std::to_string(cuda::device_count()) + " CUDA device(s)");
+  }
+  return t.to(d);
 }
 
 Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch, int depth) {
@@ -156,7 +203,7 @@ Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch
     case 5: {
       uint8_t dt = r.get<uint8_t>("a tensor's dtype");
       if (dt == kUndefinedTensor) return Value(Tensor());
-      auto [dtype, shape] = tensor_header(r, dt, r.remaining(), "that remain");
+      auto [dtype, shape, device] = tensor_header(r, dt, r.remaining(), "that remain");
       uint64_t numel = 1;
       for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
       const size_t esize = element_size(dtype);
@@ -164,7 +211,7 @@ Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch
       const char* src = r.take(nbytes, "a tensor's bytes");
       Tensor t = empty(shape, TensorOptions().dtype(dtype));
       if (nbytes) std::memcpy(t.data_ptr(), src, nbytes);
-      return Value(std::move(t));
+      return Value(to_sent_device(std::move(t), device));
     }
     case 6: {
       uint32_t index = r.get<uint32_t>("an ActorRef's index");
@@ -183,10 +230,12 @@ Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch
     }
     case 8: {
       uint8_t dt = r.get<uint8_t>("a data-plane tensor's dtype");
-      auto [dtype, shape] = tensor_header(r, dt, kMaxDataPlaneBytes, "a data-plane tensor may have");
+      auto [dtype, shape, device] = tensor_header(r, dt, kMaxDataPlaneBytes, "a data-plane tensor may have");
       int64_t id = r.get<int64_t>("a data-plane tensor's id");
       if (!fetch) throw ActorError("[actors] wire: a data-plane tensor where no data plane is connected");
-      return Value(fetch(dtype, shape, id));
+      // (Its bytes are in when fetch returns on the lane; CAF's data plane, whose receive completes later,
+      // carries CPU tensors only: on_data_plane.)
+      return Value(to_sent_device(fetch(dtype, shape, id), device));
     }
     default: throw ActorError("[actors] wire: unknown value tag " + std::to_string(tag));
   }

@@ -5,9 +5,11 @@
 //   blob   := magic u32 ("TRA1"), count u32, value*count
 //   value  := tag u8, then: none | bool u8 | int i64 | float f64 | string (len u64, bytes)
 //             | Tensor (dtype u8: 255 undefined; ndim u8; dims i64*ndim; bytes numel*element_size)
+//               (a tensor not on the CPU: dtype | 0x80, then its device: type u8 (1: cuda), index u8;
+//               the decoder puts it back on that device, or refuses it in a process without one)
 //             | ActorRef (index u32 into the message's handles, rank i32, name as a string)
 //             | list (count u32, value*count)        (little-endian; lists nest at most 32 deep)
-//             | data-plane Tensor (tag 8: dtype u8, ndim u8, dims i64*ndim, id i64): its bytes travel
+//             | data-plane Tensor (tag 8: dtype u8 [device], ndim u8, dims i64*ndim, id i64): its bytes travel
 //               beside the message (comm point to point, matched by the id)
 #pragma once
 

@@ -70,9 +70,10 @@ struct DataPlane {
 };
 /// This process's data plane, or null (one process, or none connected).
 const DataPlane* data_plane();
-/// True when `t` goes on the data plane.
+/// True when `t` goes on the data plane: a CPU tensor (another's bytes travel inside the message, to be
+/// moved to its device once decoded; the data plane's receive completes after the decoder returns).
 inline bool on_data_plane(const DataPlane& dp, const Tensor& t) {
-  return t.defined() && static_cast<int64_t>(t.nbytes()) >= dp.threshold.load(std::memory_order_relaxed);
+  return t.defined() && t.is_cpu() && static_cast<int64_t>(t.nbytes()) >= dp.threshold.load(std::memory_order_relaxed);
 }
 /// Sends the tensors of `values` that go on the data plane to `peer`, recording their ids in `p`.
 void send_data_plane(Payload& p, int peer);

@@ -19,6 +19,7 @@
 #include <troupe/actors/internal/services.h>  // detail::on_lane_thread
 
 #include <troupe/optim/sgd.h>
+#include <troupe/tensor/backend.h>
 #include <troupe/tensor/ops.h>
 
 #include "actors_helpers.h"
@@ -600,6 +601,73 @@ TEST(MpiRemoteModule, SplitTreeMatchesTheLocalTree) {
     // an error on a host names the actor, its rank and the module
     std::string e = what_of([&] { (*enc)(randn({2, 5}, kFloat64)); });
     EXPECT_TRUE(contains(e, "(rank 1)") && contains(e, "module `<root>` (Block)")) << e;
+  }
+  ctx.world->barrier();
+}
+
+// Tensors keep their device across processes (the wire carries it): CUDA tensors sent to an actor of the
+// next rank, inside the head, as a body and on CAF's path, arrive and come back on the GPU, equal; and a
+// tree placed on the other ranks and moved to the GPU trains there as the local one does. Skips without a
+// CUDA device: its own ctest entry (actors_mpi_np2_cuda), as the others fail on a skipped test.
+TEST(MpiCuda, TensorsKeepTheirDeviceAcrossProcesses) {
+  MPI_ONLY();
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu(kCUDA, 0);
+  const int peer = (ctx.rank + 1) % ctx.size;
+  ActorRef echo = rt.spawn_on(peer, "gpu" + std::to_string(ctx.rank), "Counter", 0);
+  const std::string was = cross_process_path();
+  std::vector<std::string> paths{was};
+  if (was == "lane") paths.push_back("caf");
+  for (const std::string& path : paths) {
+    set_cross_process_path(path);
+    for (int64_t bytes : {int64_t{4} << 10, int64_t{64} << 10, int64_t{4} << 20}) {
+      Tensor t = randn({bytes / 4}).to(gpu);
+      Tensor back = echo.request<Tensor>("echo", t).get();
+      EXPECT_TRUE(back.is_cuda()) << path << " " << bytes;
+      EXPECT_TRUE(equal(back.cpu(), t.cpu())) << path << " " << bytes;
+      Tensor s = echo.request<Tensor>("scale", t, 2.0).get();  // computed on the host's GPU
+      EXPECT_TRUE(s.is_cuda()) << path << " " << bytes;
+      EXPECT_TRUE(equal(s.cpu(), t.cpu() * 2.0)) << path << " " << bytes;
+    }
+    List mixed = echo.request<Value>("echo", Value(List{Value(ones({3})), Value(ones({3}).to(gpu))})).get().as<List>();
+    ASSERT_EQ(mixed.size(), 2u);
+    EXPECT_TRUE(mixed[0].as<Tensor>().is_cpu()) << path;
+    EXPECT_TRUE(mixed[1].as<Tensor>().is_cuda()) << path;
+  }
+  set_cross_process_path(was);
+  ctx.world->barrier();
+  echo.stop();
+  if (ctx.rank == 0) {
+    const int last = ctx.size - 1;
+    manual_seed(7);
+    Net local;
+    manual_seed(7);
+    Net placed;
+    place(rt, placed.ptr(), {{"enc", 1}, {"mid", last}, {"dec", 1}});
+    local->to(gpu);
+    placed->to(gpu);
+    EXPECT_TRUE(placed->get_parameter("mid.lin.weight").is_cuda());
+    EXPECT_TRUE(placed->get_buffer("mid.scale").is_cuda());
+    Tensor x1 = randn({5, 4}, kFloat64).to(gpu).requires_grad_(true);
+    Tensor x2 = x1.detach().clone().requires_grad_(true);
+    Tensor y1 = local->forward(x1);
+    Tensor y2 = placed->forward(x2);
+    EXPECT_TRUE(y2.is_cuda());
+    EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12);
+    (y1 * y1).sum().backward();
+    (y2 * y2).sum().backward();
+    ASSERT_TRUE(x2.grad().defined());
+    EXPECT_TRUE(x2.grad().is_cuda());
+    EXPECT_LT(max_diff(x1.grad().cpu(), x2.grad().cpu()), 1e-12);
+    auto p1 = local->named_parameters();
+    auto p2 = placed->named_parameters();
+    ASSERT_EQ(p1.keys(), p2.keys());
+    for (const auto& [k, p] : p1) {
+      ASSERT_TRUE(p2[k].grad().defined()) << k;
+      EXPECT_TRUE(p2[k].grad().is_cuda()) << k;
+      EXPECT_LT(max_diff(p.grad().cpu(), p2[k].grad().cpu()), 1e-12) << k;
+    }
+    for (const auto& [k, t] : placed->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
   }
   ctx.world->barrier();
 }

@@ -7,6 +7,7 @@
 
 #include <troupe/actors/value.h>
 #include <troupe/actors/wire.h>
+#include <troupe/tensor/backend.h>
 #include <troupe/tensor/ops.h>
 
 using namespace troupe;
@@ -121,6 +122,72 @@ TEST(ActorsWire, LyingSizesAreRefusedBeforeAllocating) {
   for (int i = 0; i < 40; ++i) deep += std::string("\7", 1) + u32(1);
   expect_refused(deep, "nest deeper than 32");
   expect_refused(std::string("XXXX") + u32(0), "bad magic");
+}
+
+// A tensor off the CPU carries its device (dtype | 0x80, then type and index) and is decoded onto it: tensors
+// keep their device across processes as they do between the ranks of one process. A process without that
+// device refuses the message, naming the device, instead of handing a CPU tensor to a GPU module.
+TEST(ActorsWire, ATensorKeepsItsDeviceOrIsRefusedWhereThatDeviceIsMissing) {
+  auto refusal = [](const std::string& s) -> std::string {
+    try {
+      decode(s);
+    } catch (const ActorError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string head = encode({});
+  head.resize(4);
+  auto u32 = [](uint32_t x) { return std::string(reinterpret_cast<const char*>(&x), 4); };
+  auto i64 = [](int64_t x) { return std::string(reinterpret_cast<const char*>(&x), 8); };
+  const float vals[2] = {1.5f, -2.0f};
+  const std::string bytes(reinterpret_cast<const char*>(vals), sizeof vals);
+  auto on = [&](uint8_t type, uint8_t index) {
+    const char dt = static_cast<char>(static_cast<uint8_t>(kFloat32) | 0x80);
+    return head + u32(1) + std::string("\5", 1) + std::string(1, dt) + std::string(1, static_cast<char>(type)) +
+           std::string(1, static_cast<char>(index)) + std::string("\1", 1) + i64(2) + bytes;
+  };
+  const int gpus = cuda::is_available() ? cuda::device_count() : 0;
+  if (gpus == 0) {
+    const std::string e = refusal(on(1, 0));
+    EXPECT_NE(e.find("a tensor sent from cuda:0 arrived in a process that has no CUDA device"), std::string::npos) << e;
+  } else {
+    List back = decode(on(1, 0));
+    ASSERT_EQ(back.size(), 1u);
+    const Tensor& t = back[0].as<Tensor>();
+    EXPECT_TRUE(t.is_cuda());
+    EXPECT_EQ(t.device().index, 0);
+    EXPECT_TRUE(equal(t.cpu(), from_blob(const_cast<float*>(vals), {2}).clone()));
+    const std::string e = refusal(on(1, static_cast<uint8_t>(gpus)));
+    EXPECT_NE(e.find("a tensor sent from cuda:" + std::to_string(gpus) + " arrived in a process that has " +
+                     std::to_string(gpus) + " CUDA device(s)"),
+              std::string::npos)
+        << e;
+  }
+  const std::string bad = refusal(on(7, 0));
+  EXPECT_NE(bad.find("unknown device type code 7"), std::string::npos) << bad;
+  // The device bytes are counted like every other: each prefix is refused as truncated.
+  const std::string whole = on(1, 0);
+  for (size_t n = 9; n < whole.size(); ++n) EXPECT_NE(refusal(whole.substr(0, n)).find("truncated"), std::string::npos) << n;
+  // A CPU tensor has no device bytes (its dtype code as before).
+  const std::string cpu = encode({Value(ones({2}))});
+  EXPECT_EQ(static_cast<uint8_t>(cpu[9]), static_cast<uint8_t>(kFloat32));
+}
+
+// A CUDA tensor (contiguous or not) leaves as its bytes and comes back on the same device, equal.
+TEST(ActorsWireCuda, ACudaTensorRoundTripsOntoItsDevice) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Device gpu(kCUDA, cuda::device_count() - 1);
+  Tensor a = arange(12, TensorOptions().dtype(kFloat64)).reshape({3, 4}).to(gpu);
+  Tensor b = a.t();  // not contiguous
+  List back = decode(encode({Value(a), Value(b), Value(List{Value(a)})}));
+  ASSERT_EQ(back.size(), 3u);
+  for (const Tensor& t : {back[0].as<Tensor>(), back[1].as<Tensor>(), back[2].as<List>()[0].as<Tensor>()}) {
+    EXPECT_TRUE(t.is_cuda());
+    EXPECT_EQ(t.device().index, gpu.index);
+  }
+  EXPECT_TRUE(equal(back[0].as<Tensor>().cpu(), a.cpu()));
+  EXPECT_TRUE(equal(back[1].as<Tensor>().cpu(), b.cpu()));
 }
 
 TEST(ActorsWire, FuzzEntryNeverCrashesOnRandomBytes) {
