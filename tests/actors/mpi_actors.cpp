@@ -23,6 +23,7 @@
 #include <troupe/tensor/ops.h>
 
 #include "actors_helpers.h"
+#include "gpu_cases.h"
 #include "jit_host_cases.h"
 #include "mpi_context.h"
 #include "remote_models.h"
@@ -535,10 +536,7 @@ TEST(MpiRemoteModule, SplitTreeMatchesTheLocalTree) {
   MPI_ONLY();
   if (ctx.rank == 0) {
     const int last = ctx.size - 1;
-    manual_seed(7);
-    Net local;
-    manual_seed(7);
-    Net placed;
+    auto [local, placed] = twin_nets();
     auto proxies = place(rt, placed.ptr(), {{"enc", 1}, {"mid", last}, {"dec", 1}});
     EXPECT_EQ(proxies["mid"]->host_rank(), last);
     for (const auto& [k, t] : local->state_dict()) EXPECT_LT(max_diff(t, placed->state_dict()[k]), 1e-12) << k;
@@ -638,35 +636,13 @@ TEST(MpiCuda, TensorsKeepTheirDeviceAcrossProcesses) {
   ctx.world->barrier();
   echo.stop();
   if (ctx.rank == 0) {
-    const int last = ctx.size - 1;
-    manual_seed(7);
-    Net local;
-    manual_seed(7);
-    Net placed;
-    place(rt, placed.ptr(), {{"enc", 1}, {"mid", last}, {"dec", 1}});
+    auto [local, placed] = twin_nets();
+    place(rt, placed.ptr(), {{"enc", 1}, {"mid", ctx.size - 1}, {"dec", 1}});
     local->to(gpu);
     placed->to(gpu);
     EXPECT_TRUE(placed->get_parameter("mid.lin.weight").is_cuda());
     EXPECT_TRUE(placed->get_buffer("mid.scale").is_cuda());
-    Tensor x1 = randn({5, 4}, kFloat64).to(gpu).requires_grad_(true);
-    Tensor x2 = x1.detach().clone().requires_grad_(true);
-    Tensor y1 = local->forward(x1);
-    Tensor y2 = placed->forward(x2);
-    EXPECT_TRUE(y2.is_cuda());
-    EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12);
-    (y1 * y1).sum().backward();
-    (y2 * y2).sum().backward();
-    ASSERT_TRUE(x2.grad().defined());
-    EXPECT_TRUE(x2.grad().is_cuda());
-    EXPECT_LT(max_diff(x1.grad().cpu(), x2.grad().cpu()), 1e-12);
-    auto p1 = local->named_parameters();
-    auto p2 = placed->named_parameters();
-    ASSERT_EQ(p1.keys(), p2.keys());
-    for (const auto& [k, p] : p1) {
-      ASSERT_TRUE(p2[k].grad().defined()) << k;
-      EXPECT_TRUE(p2[k].grad().is_cuda()) << k;
-      EXPECT_LT(max_diff(p.grad().cpu(), p2[k].grad().cpu()), 1e-12) << k;
-    }
+    expect_same_forward_and_backward_on_gpu(*local, *placed, randn({5, 4}, kFloat64).to(gpu));
     for (const auto& [k, t] : placed->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
   }
   ctx.world->barrier();

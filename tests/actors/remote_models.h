@@ -138,6 +138,15 @@ inline void register_remote_models() {
   (void)done;
 }
 
+/// Two identical nets (same seed); the test place()s `placed`.
+inline std::pair<Net, Net> twin_nets() {
+  manual_seed(7);
+  Net local;
+  manual_seed(7);
+  Net placed;
+  return {local, placed};
+}
+
 /// Largest |a - b| over two tensors of the same shape.
 inline double max_diff(const Tensor& a, const Tensor& b) {
   return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>();

@@ -8,6 +8,7 @@
 #include <troupe/tensor/backend.h>
 
 #include "actors_helpers.h"
+#include "gpu_cases.h"
 #include "remote_models.h"
 
 using namespace troupe;
@@ -15,15 +16,6 @@ using namespace troupe::actors;
 using namespace troupe::actors::testing;
 
 namespace {
-
-// Two identical nets (same seed); `placed` gets place()d.
-std::pair<Net, Net> twin_nets() {
-  manual_seed(7);
-  Net local;
-  manual_seed(7);
-  Net placed;
-  return {local, placed};
-}
 
 Tensor input(bool requires_grad = true) {
   manual_seed(11);
@@ -365,24 +357,7 @@ TEST(RemoteModuleCuda, PlacedTreeOnTheGpuMatchesTheLocalTree) {
       placed->to(gpu);  // reaches the hosted subtrees
       EXPECT_TRUE(placed->get_parameter("enc.fc1.weight").is_cuda());
       EXPECT_TRUE(placed->get_buffer("mid.scale").is_cuda());
-      Tensor x1 = input().detach().to(gpu).requires_grad_(), x2 = input().detach().to(gpu).requires_grad_();
-      Tensor y1 = local->forward(x1);
-      Tensor y2 = placed->forward(x2);
-      EXPECT_TRUE(y2.is_cuda());
-      EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12);
-      (y1 * y1).sum().backward();
-      (y2 * y2).sum().backward();
-      ASSERT_TRUE(x2.grad().defined());
-      EXPECT_TRUE(x2.grad().is_cuda());
-      EXPECT_LT(max_diff(x1.grad().cpu(), x2.grad().cpu()), 1e-12);
-      auto p1 = local->named_parameters();
-      auto p2 = placed->named_parameters();
-      ASSERT_EQ(p1.keys(), p2.keys());
-      for (const auto& [k, p] : p1) {
-        ASSERT_TRUE(p2[k].grad().defined()) << k;
-        EXPECT_TRUE(p2[k].grad().is_cuda()) << k;
-        EXPECT_LT(max_diff(p.grad().cpu(), p2[k].grad().cpu()), 1e-12) << k;
-      }
+      expect_same_forward_and_backward_on_gpu(*local, *placed, input().detach().to(gpu));
       // an SGD step on every host's parameters, then the trees still agree
       optim::SGD o1(local->parameters(), optim::SGDOptions(0.1)), o2(placed->parameters(), optim::SGDOptions(0.1));
       o1.step();
