@@ -127,6 +127,14 @@ const char* options_kind(const optim::OptimizerOptions& o) {
 // ------------------------------------------------------------------------------------------------
 // the host actor
 
+/// A device named by a caller in another process, on this one: a CUDA device is this process's arrival
+/// device when one is set (set_cuda_arrival_device: launch's cuda:<local_rank>), where the tensors sent to
+/// the module land; so `to(kCUDA)` on a proxy puts each host's subtree on its own GPU.
+Device on_this_process(const Device& d) {
+  const int home = cuda_arrival_device();
+  return d.is_cuda() && home >= 0 ? Device(kCUDA, home) : d;
+}
+
 /// What the host keeps of one recorded forward: the leaves it made of the inputs and the outputs.
 struct Recorded {
   std::vector<Tensor> inputs;
@@ -207,7 +215,7 @@ class ModuleHost : public Actor {
     handle("to", [this](std::string path, std::string device, int64_t dtype) {
       guard(path, [&](nn::Module& m) {
         std::optional<Device> d;
-        if (!device.empty()) d = Device(device);
+        if (!device.empty()) d = on_this_process(Device(device));
         std::optional<ScalarType> t;
         if (dtype >= 0) t = static_cast<ScalarType>(dtype);
         m.to(d, t);
@@ -218,7 +226,7 @@ class ModuleHost : public Actor {
       guard(path, [&](nn::Module& m) { m.type(static_cast<ScalarType>(dtype)); return Value(); });
     });
     handle("toempty", [this](std::string path, std::string device, bool recurse) {
-      guard(path, [&](nn::Module& m) { m.to_empty(Device(device), recurse); return Value(); });
+      guard(path, [&](nn::Module& m) { m.to_empty(on_this_process(Device(device)), recurse); return Value(); });
     });
     handle("apply", [this](std::string path, std::string fn) { guard(path, [&](nn::Module& m) { m.apply(fn); return Value(); }); });
     handle("hook", [this](std::string path, std::string kind, std::string name, bool prepend, bool always_call) {

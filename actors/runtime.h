@@ -105,5 +105,12 @@ std::string cross_process_path();
 /// answered or run (a Call on the other path could overtake one still in flight). ActorError for "lane"
 /// when this process has no lane (--ranks N, TROUPE_ACTOR_LANE=caf, a world that is not MPI's).
 void set_cross_process_path(const std::string& path);
+/// The CUDA device on which a CUDA tensor from another process arrives in this one: cuda:`index`, or -1
+/// (the default) for the index it left from. Under mpirun launch::init sets its rank's device
+/// (cuda:<local_rank>, when every rank has a GPU of its own): a device map from every peer's GPU to this
+/// rank's, so that a pipeline stage's activations land on the GPU its module lives on (PyTorch's RPC asks
+/// for such a map by hand, TensorPipeRpcBackendOptions.set_device_map). std::invalid_argument below -1.
+void set_cuda_arrival_device(int index);
+int cuda_arrival_device();
 
 }  // namespace troupe::actors

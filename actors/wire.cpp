@@ -1,8 +1,12 @@
 // The Values codec (wire.h): encode / decode with size checks before every allocation.
 #include <troupe/actors/wire.h>
 
+#include <troupe/actors/runtime.h>
+
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include <troupe/tensor/backend.h>
 #include <troupe/tensor/ops.h>
@@ -171,20 +175,25 @@ TensorHeader tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* wh
   return {dtype, std::move(shape), device};
 }
 
-// `t` (decoded on the CPU) on the device it left from: tensors keep their device across processes, as they
-// do between the ranks of one process (by handle). A process without that device refuses it.
+std::atomic<int> g_cuda_arrival{-1};  // set_cuda_arrival_device
+
+// `t` (decoded on the CPU) on the device it left from (`d`): a CUDA tensor stays a CUDA tensor across
+// processes, as between the ranks of one process (by handle), on this process's arrival device when one
+// is set (launch: the rank's own GPU), else on the index it left from. A process without it refuses it.
 Tensor to_sent_device(Tensor t, const Device& d) {
   if (d.is_cpu()) return t;
+  const int home = g_cuda_arrival.load(std::memory_order_relaxed);
+  const Device to(kCUDA, home >= 0 ? home : d.index);
   if (!cuda::is_available()) {
     throw ActorError("[actors] wire: a tensor sent from " + d.str() +
                      " arrived in a process that has no CUDA device (tensors keep their device across processes; "
                      "move it with .cpu() before sending)");
   }
-  if (d.index >= cuda::device_count()) {
-    throw ActorError("[actors] wire: a tensor sent from " + d.str() + " arrived in a process that has " +
-                     std::to_string(cuda::device_count()) + " CUDA device(s)");
+  if (to.index >= cuda::device_count()) {
+    throw ActorError("[actors] wire: a tensor sent from " + d.str() + " was to arrive on " + to.str() +
+                     " in a process that has " + std::to_string(cuda::device_count()) + " CUDA device(s)");
   }
-  return t.to(d);
+  return t.to(to);
 }
 
 Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch, int depth) {
@@ -242,6 +251,18 @@ Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch
 }
 
 }  // namespace
+
+}  // namespace troupe::actors::wire
+
+namespace troupe::actors {
+void set_cuda_arrival_device(int index) {
+  if (index < -1) throw std::invalid_argument("[actors] set_cuda_arrival_device(" + std::to_string(index) + "): an index >= 0, or -1");
+  wire::g_cuda_arrival.store(index, std::memory_order_relaxed);
+}
+int cuda_arrival_device() { return wire::g_cuda_arrival.load(std::memory_order_relaxed); }
+}  // namespace troupe::actors
+
+namespace troupe::actors::wire {
 
 void encode(const List& values, std::string& out, const RefEncoder& refs, const TensorOffloader& offload) {
   put<uint32_t>(out, kMagic);

@@ -366,6 +366,12 @@ TEST(RemoteModuleCuda, PlacedTreeOnTheGpuMatchesTheLocalTree) {
       auto b = placed->state_dict();
       ASSERT_EQ(a.keys(), b.keys());
       for (const auto& [k, t] : a) EXPECT_LT(max_diff(t.cpu(), b[k].cpu()), 1e-12) << k;
+      // With an arrival device set (launch sets each rank's GPU under mpirun), a CUDA device that a caller
+      // names is the host's own: cuda:5 puts the hosted subtree on cuda:0 here.
+      set_cuda_arrival_device(0);
+      placed->get_submodule("enc")->to(Device(kCUDA, 5));
+      set_cuda_arrival_device(-1);
+      EXPECT_EQ(placed->get_parameter("enc.fc1.weight").device().index, 0);
       placed->to(Device(kCPU));
       EXPECT_TRUE(placed->get_parameter("dec.fc2.bias").is_cpu());
     }

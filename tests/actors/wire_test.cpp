@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include <troupe/actors/runtime.h>
 #include <troupe/actors/value.h>
 #include <troupe/actors/wire.h>
 #include <troupe/tensor/backend.h>
@@ -159,11 +160,19 @@ TEST(ActorsWire, ATensorKeepsItsDeviceOrIsRefusedWhereThatDeviceIsMissing) {
     EXPECT_EQ(t.device().index, 0);
     EXPECT_TRUE(equal(t.cpu(), from_blob(const_cast<float*>(vals), {2}).clone()));
     const std::string e = refusal(on(1, static_cast<uint8_t>(gpus)));
-    EXPECT_NE(e.find("a tensor sent from cuda:" + std::to_string(gpus) + " arrived in a process that has " +
-                     std::to_string(gpus) + " CUDA device(s)"),
+    EXPECT_NE(e.find("a tensor sent from cuda:" + std::to_string(gpus) + " was to arrive on cuda:" + std::to_string(gpus) +
+                     " in a process that has " + std::to_string(gpus) + " CUDA device(s)"),
               std::string::npos)
         << e;
+    // With an arrival device set (launch: the rank's own GPU), a tensor from any GPU of the peer lands there.
+    set_cuda_arrival_device(0);
+    List mapped = decode(on(1, 200));
+    set_cuda_arrival_device(-1);
+    EXPECT_TRUE(mapped[0].as<Tensor>().is_cuda());
+    EXPECT_EQ(mapped[0].as<Tensor>().device().index, 0);
   }
+  EXPECT_THROW(set_cuda_arrival_device(-2), std::invalid_argument);
+  EXPECT_EQ(cuda_arrival_device(), -1);
   const std::string bad = refusal(on(7, 0));
   EXPECT_NE(bad.find("unknown device type code 7"), std::string::npos) << bad;
   // The device bytes are counted like every other: each prefix is refused as truncated.
