@@ -177,21 +177,19 @@ TensorHeader tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* wh
 
 std::atomic<int> g_cuda_arrival{-1};  // set_cuda_arrival_device
 
-// `t` (decoded on the CPU) on the device it left from (`d`): a CUDA tensor stays a CUDA tensor across
-// processes, as between the ranks of one process (by handle), on this process's arrival device when one
-// is set (launch: the rank's own GPU), else on the index it left from. A process without it refuses it.
+// `t` (decoded on the CPU), sent from device `d`: a CUDA tensor stays a CUDA tensor across processes, as
+// between the ranks of one process (by handle), on this process's arrival device when one is set
+// (launch: the rank's own GPU), else on the index it left from. A process without CUDA keeps it on the
+// CPU (it can compute on nothing else: a GPU learner's weights reach CPU-only collectors); one with fewer
+// devices than that index refuses it.
 Tensor to_sent_device(Tensor t, const Device& d) {
-  if (d.is_cpu()) return t;
+  if (d.is_cpu() || !cuda::is_available()) return t;
   const int home = g_cuda_arrival.load(std::memory_order_relaxed);
   const Device to(kCUDA, home >= 0 ? home : d.index);
-  if (!cuda::is_available()) {
-    throw ActorError("[actors] wire: a tensor sent from " + d.str() +
-                     " arrived in a process that has no CUDA device (tensors keep their device across processes; "
-                     "move it with .cpu() before sending)");
-  }
   if (to.index >= cuda::device_count()) {
     throw ActorError("[actors] wire: a tensor sent from " + d.str() + " was to arrive on " + to.str() +
-                     " in a process that has " + std::to_string(cuda::device_count()) + " CUDA device(s)");
+                     " in a process that has " + std::to_string(cuda::device_count()) +
+                     " CUDA device(s) (actors::set_cuda_arrival_device picks the device)");
   }
   return t.to(to);
 }

@@ -43,7 +43,7 @@ Seeds seeds_wire() {
   std::string huge_count = ok;
   huge_count[4] = huge_count[5] = huge_count[6] = huge_count[7] = '\xff';
   // a float32 tensor of 2 elements sent from cuda:0 (dtype | 0x80, device type 1, index 0): decoded onto the
-  // GPU where there is one, refused elsewhere; and one of an unknown device type
+  // GPU where there is one, onto the CPU elsewhere; and one of an unknown device type
   auto on_device = [](char type) {
     std::string b("TRA1\1\0\0\0\5", 9);
     b += static_cast<char>(static_cast<uint8_t>(kFloat32) | 0x80);
@@ -54,7 +54,7 @@ Seeds seeds_wire() {
     return b + std::string(8, '\0');
   };
   return {{"ok-every-kind", ok},       {"bad-truncated", ok.substr(0, ok.size() - 3)}, {"bad-count", huge_count},
-          {"bad-trailing", ok + "x"}, {"cuda-tensor", on_device('\1')},               {"bad-unknown-device", on_device('\7')}};
+          {"bad-trailing", ok + "x"}, {"ok-cuda-tensor", on_device('\1')},               {"bad-unknown-device", on_device('\7')}};
 }
 
 // ---- the lane's shared-memory ring (comm/shm_ring.h), which another process of the node writes: `data`
