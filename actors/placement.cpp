@@ -699,22 +699,12 @@ nn::Value RemoteGroupModule::run(const nn::Args& args, const nn::Kwargs& kwargs,
   for (size_t i = 0; i < joined.size(); ++i)
     for (size_t j = 0; j < k; ++j) node->out_rows[i].push_back(rows_of(i, j));
   node->in_rows = rows;
-  node->next_edges.reserve(inputs.size());
+  autograd::set_next_edges(*node, inputs);
   for (const auto& t : inputs) {
-    node->next_edges.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : autograd::Edge{});
     node->in_shapes.push_back(t.defined() ? t.sizes().vec() : std::vector<int64_t>{});
     node->in_dtypes.push_back(t.defined() ? t.dtype() : kFloat32);
   }
-  uint32_t nr = 0;
-  for (auto& o : joined) {
-    node->input_meta.push_back({o.sizes().vec(), o.dtype(), o.device()});
-    if (o.defined() && is_floating_point(o.dtype())) {
-      auto& m = autograd::meta(o);
-      m.grad_fn = node;
-      m.output_nr = nr;
-    }
-    ++nr;
-  }
+  autograd::set_history(node, joined);
   return out;
 }
 

@@ -628,20 +628,8 @@ struct RemoteCallNode : autograd::Node {
 nn::Value attach(nn::Value out, const std::vector<Tensor>& inputs, const ActorRef& host, int64_t key,
                  const std::shared_ptr<const std::string>& what, std::shared_ptr<detail::HostSupervisor> sup, uint64_t gen) {
   auto node = std::make_shared<RemoteCallNode>(std::make_shared<RemoteCall>(host, key, std::move(sup), gen), what);
-  node->next_edges.reserve(inputs.size());
-  for (const auto& t : inputs)
-    node->next_edges.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : autograd::Edge{});
-  std::vector<Tensor> outs = out.tensors();
-  uint32_t nr = 0;
-  for (auto& o : outs) {
-    node->input_meta.push_back({o.sizes().vec(), o.dtype(), o.device()});
-    if (o.defined() && is_floating_point(o.dtype())) {
-      auto& m = autograd::meta(o);
-      m.grad_fn = node;
-      m.output_nr = nr;
-    }
-    ++nr;
-  }
+  autograd::set_next_edges(*node, inputs);
+  autograd::set_history(node, out.tensors());
   return out;
 }
 

@@ -282,12 +282,12 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-std::shared_ptr<Node> record(const char* name, const variable_list& inputs, const variable_list& outputs,
-                             FunctionNode::Fn fn, bool saves) {
-  if (!any_requires_grad(inputs)) return nullptr;
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn), saves);
-  node->next_edges.reserve(inputs.size());
-  for (auto& t : inputs) node->next_edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : Edge{});
+void set_next_edges(Node& node, const variable_list& inputs) {
+  node.next_edges.reserve(node.next_edges.size() + inputs.size());
+  for (auto& t : inputs) node.next_edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : Edge{});
+}
+
+void set_history(const std::shared_ptr<Node>& node, const variable_list& outputs) {
   uint32_t nr = 0;
   for (auto& o : outputs) {
     node->input_meta.push_back({o.sizes().vec(), o.dtype(), o.device()});
@@ -298,6 +298,14 @@ std::shared_ptr<Node> record(const char* name, const variable_list& inputs, cons
     }
     ++nr;
   }
+}
+
+std::shared_ptr<Node> record(const char* name, const variable_list& inputs, const variable_list& outputs,
+                             FunctionNode::Fn fn, bool saves) {
+  if (!any_requires_grad(inputs)) return nullptr;
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn), saves);
+  set_next_edges(*node, inputs);
+  set_history(node, outputs);
   return node;
 }
 

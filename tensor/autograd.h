@@ -216,6 +216,13 @@ bool any_requires_grad(const variable_list& ts);
 /// The edge a gradient for `t` must flow along: its grad_fn, or its leaf accumulator, or none.
 Edge gradient_edge(const Tensor& t);
 
+/// Points `node`'s inputs at `inputs`' gradient edges (none where an input needs no gradient): the
+/// graph edges of a node made outside record() (a custom function, a remote call).
+void set_next_edges(Node& node, const variable_list& inputs);
+/// Makes `node` the grad_fn of `outputs` (output i is its input i; only floating-point tensors take it)
+/// and records their metadata on it (PyTorch's set_history).
+void set_history(const std::shared_ptr<Node>& node, const variable_list& outputs);
+
 /// Records `outputs` as computed from `inputs` by an op whose backward is `fn` (gradients of the
 /// outputs -> gradients of the inputs, one per input, undefined where none is needed). Does nothing
 /// when no input requires grad or grad mode is off. `saves`: fn holds SavedVariables (so running it
