@@ -850,20 +850,9 @@ nn::StateDictCheck RemoteGroupModule::check_state_dict(const nn::StateDict& sd, 
 
 nn::IncompatibleKeys RemoteGroupModule::load_state_dict(const nn::StateDict& sd, bool strict, bool assign) {
   refuse_below_sharded_root("load_state_dict");
-  List r;
-  try {
-    r = fan("load", {Value(detail::state_pairs(sd)), Value(strict), Value(assign)}).at(0).as<List>();
-  } catch (const ActorError& e) {
-    // keep the host's "Error(s) in loading state_dict for <Class>:" text readable at the front
-    std::string text = e.what();
-    auto at = text.find("Error(s) in loading state_dict");
-    if (at == std::string::npos) throw;
-    throw std::runtime_error(text.substr(at) + "\n\t(on " + placement_.str() + ")");
-  }
-  nn::IncompatibleKeys k;
-  k.missing_keys = from_value<std::vector<std::string>>(r.at(0));
-  k.unexpected_keys = from_value<std::vector<std::string>>(r.at(1));
-  return k;
+  return detail::load_on_hosts(
+      [&] { return fan("load", {Value(detail::state_pairs(sd)), Value(strict), Value(assign)}).at(0).as<List>(); },
+      placement_.str());
 }
 
 // ---- hooks: registered by name on every host

@@ -964,21 +964,26 @@ nn::StateDictCheck RemoteModule::check_state_dict(const nn::StateDict& sd, const
   return c;
 }
 
-nn::IncompatibleKeys RemoteModule::load_state_dict(const nn::StateDict& sd, bool strict, bool assign) {
+nn::IncompatibleKeys detail::load_on_hosts(const std::function<List()>& load, const std::string& where) {
   List r;
   try {
-    r = ask<List>("load", Value(pairs_of(sd)), strict, assign);
+    r = load();
   } catch (const ActorError& e) {
     // keep the host's "Error(s) in loading state_dict for <Class>:" text readable at the front
     std::string text = e.what();
     auto at = text.find("Error(s) in loading state_dict");
     if (at == std::string::npos) throw;
-    throw std::runtime_error(text.substr(at) + "\n\t(on rank " + std::to_string(host_rank()) + ")");
+    throw std::runtime_error(text.substr(at) + "\n\t(on " + where + ")");
   }
   nn::IncompatibleKeys k;
   k.missing_keys = from_value<std::vector<std::string>>(r.at(0));
   k.unexpected_keys = from_value<std::vector<std::string>>(r.at(1));
   return k;
+}
+
+nn::IncompatibleKeys RemoteModule::load_state_dict(const nn::StateDict& sd, bool strict, bool assign) {
+  return detail::load_on_hosts([&] { return ask<List>("load", Value(pairs_of(sd)), strict, assign); },
+                               "rank " + std::to_string(host_rank()));
 }
 
 // ---- hooks

@@ -82,6 +82,9 @@ void drop_handoff(const List& spec);
 /// @private A state_dict as a message value ([[key, tensor], ...], in order) and back.
 List state_pairs(const nn::StateDict& d);
 nn::StateDict state_dict_from(const Value& v);
+/// @private load_state_dict on hosts: `load` asks them ("load", whose answer is [missing, unexpected]);
+/// a host's "Error(s) in loading state_dict" is rethrown with that text at its front, then "(on `where`)".
+nn::IncompatibleKeys load_on_hosts(const std::function<List()>& load, const std::string& where);
 /// @private The options of optimizer class `kind` ("SGD", "Adam", "AdamW", "RMSprop") read from `sd`
 /// (what an "opt_new" message carries); an unknown class is an ActorError naming the known ones.
 std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, const nn::StateDict& sd);
