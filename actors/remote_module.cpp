@@ -17,6 +17,7 @@
 #include <troupe/actors/internal/services.h>
 #include <troupe/actors/introspect.h>
 #include <troupe/actors/supervisor.h>
+#include <troupe/actors/wire.h>
 #include <troupe/nn/registry.h>
 #include <troupe/optim/adam.h>
 #include <troupe/optim/adamw.h>
@@ -127,14 +128,6 @@ const char* options_kind(const optim::OptimizerOptions& o) {
 // ------------------------------------------------------------------------------------------------
 // the host actor
 
-/// A device named by a caller in another process, on this one: a CUDA device is this process's arrival
-/// device when one is set (set_cuda_arrival_device: launch's cuda:<local_rank>), where the tensors sent to
-/// the module land; so `to(kCUDA)` on a proxy puts each host's subtree on its own GPU.
-Device on_this_process(const Device& d) {
-  const int home = cuda_arrival_device();
-  return d.is_cuda() && home >= 0 ? Device(kCUDA, home) : d;
-}
-
 /// What the host keeps of one recorded forward: the leaves it made of the inputs and the outputs.
 struct Recorded {
   std::vector<Tensor> inputs;
@@ -212,10 +205,12 @@ class ModuleHost : public Actor {
     handle("train", [this](std::string path, bool mode) { guard(path, [&](nn::Module& m) { m.train(mode); return Value(); }); });
     handle("rgrad", [this](std::string path, bool on) { guard(path, [&](nn::Module& m) { m.requires_grad_(on); return Value(); }); });
     handle("zgrad", [this](std::string path, bool none) { guard(path, [&](nn::Module& m) { m.zero_grad(none); return Value(); }); });
+    // (A CUDA device is this host's arrival device, where the tensors sent to it land: to(kCUDA) on a proxy
+    // puts each host's subtree on its own GPU.)
     handle("to", [this](std::string path, std::string device, int64_t dtype) {
       guard(path, [&](nn::Module& m) {
         std::optional<Device> d;
-        if (!device.empty()) d = on_this_process(Device(device));
+        if (!device.empty()) d = wire::arrival_device(Device(device));
         std::optional<ScalarType> t;
         if (dtype >= 0) t = static_cast<ScalarType>(dtype);
         m.to(d, t);
@@ -226,7 +221,7 @@ class ModuleHost : public Actor {
       guard(path, [&](nn::Module& m) { m.type(static_cast<ScalarType>(dtype)); return Value(); });
     });
     handle("toempty", [this](std::string path, std::string device, bool recurse) {
-      guard(path, [&](nn::Module& m) { m.to_empty(on_this_process(Device(device)), recurse); return Value(); });
+      guard(path, [&](nn::Module& m) { m.to_empty(wire::arrival_device(Device(device)), recurse); return Value(); });
     });
     handle("apply", [this](std::string path, std::string fn) { guard(path, [&](nn::Module& m) { m.apply(fn); return Value(); }); });
     handle("hook", [this](std::string path, std::string kind, std::string name, bool prepend, bool always_call) {

@@ -178,14 +178,12 @@ TensorHeader tensor_header(Reader& r, uint8_t dt, uint64_t bound, const char* wh
 std::atomic<int> g_cuda_arrival{-1};  // set_cuda_arrival_device
 
 // `t` (decoded on the CPU), sent from device `d`: a CUDA tensor stays a CUDA tensor across processes, as
-// between the ranks of one process (by handle), on this process's arrival device when one is set
-// (launch: the rank's own GPU), else on the index it left from. A process without CUDA keeps it on the
-// CPU (it can compute on nothing else: a GPU learner's weights reach CPU-only collectors); one with fewer
-// devices than that index refuses it.
+// between the ranks of one process (by handle), on arrival_device(d). A process without CUDA keeps it on
+// the CPU (it can compute on nothing else: a GPU learner's weights reach CPU-only collectors); one with
+// fewer devices than that index refuses it.
 Tensor to_sent_device(Tensor t, const Device& d) {
   if (d.is_cpu() || !cuda::is_available()) return t;
-  const int home = g_cuda_arrival.load(std::memory_order_relaxed);
-  const Device to(kCUDA, home >= 0 ? home : d.index);
+  const Device to = arrival_device(d);
   if (to.index >= cuda::device_count()) {
     throw ActorError("[actors] wire: a tensor sent from " + d.str() + " was to arrive on " + to.str() +
                      " in a process that has " + std::to_string(cuda::device_count()) +
@@ -249,18 +247,6 @@ Value decode_value(Reader& r, const RefDecoder& refs, const TensorFetcher& fetch
 }
 
 }  // namespace
-
-}  // namespace troupe::actors::wire
-
-namespace troupe::actors {
-void set_cuda_arrival_device(int index) {
-  if (index < -1) throw std::invalid_argument("[actors] set_cuda_arrival_device(" + std::to_string(index) + "): an index >= 0, or -1");
-  wire::g_cuda_arrival.store(index, std::memory_order_relaxed);
-}
-int cuda_arrival_device() { return wire::g_cuda_arrival.load(std::memory_order_relaxed); }
-}  // namespace troupe::actors
-
-namespace troupe::actors::wire {
 
 void encode(const List& values, std::string& out, const RefEncoder& refs, const TensorOffloader& offload) {
   put<uint32_t>(out, kMagic);
@@ -348,4 +334,17 @@ bool fuzz_decode(const uint8_t* data, size_t size) {
   }
 }
 
+Device arrival_device(const Device& sent) {
+  const int home = g_cuda_arrival.load(std::memory_order_relaxed);
+  return sent.is_cuda() && home >= 0 ? Device(kCUDA, home) : sent;
+}
+
 }  // namespace troupe::actors::wire
+
+namespace troupe::actors {
+void set_cuda_arrival_device(int index) {
+  if (index < -1) throw std::invalid_argument("[actors] set_cuda_arrival_device(" + std::to_string(index) + "): an index >= 0, or -1");
+  wire::g_cuda_arrival.store(index, std::memory_order_relaxed);
+}
+int cuda_arrival_device() { return wire::g_cuda_arrival.load(std::memory_order_relaxed); }
+}  // namespace troupe::actors

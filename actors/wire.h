@@ -6,7 +6,7 @@
 //   value  := tag u8, then: none | bool u8 | int i64 | float f64 | string (len u64, bytes)
 //             | Tensor (dtype u8: 255 undefined; ndim u8; dims i64*ndim; bytes numel*element_size)
 //               (a tensor not on the CPU: dtype | 0x80, then its device: type u8 (1: cuda), index u8;
-//               the decoder puts it back on that device, or refuses it in a process without one)
+//               the decoder puts it on arrival_device() of it; a process without CUDA keeps it on the CPU)
 //             | ActorRef (index u32 into the message's handles, rank i32, name as a string)
 //             | list (count u32, value*count)        (little-endian; lists nest at most 32 deep)
 //             | data-plane Tensor (tag 8: dtype u8 [device], ndim u8, dims i64*ndim, id i64): its bytes travel
@@ -35,6 +35,11 @@ using TensorOffloader = std::function<int64_t(const Tensor&)>;
 using TensorFetcher = std::function<Tensor(ScalarType dtype, const std::vector<int64_t>& shape, int64_t id)>;
 /// Largest tensor a data-plane record may announce (the decoder refuses more before allocating).
 inline constexpr uint64_t kMaxDataPlaneBytes = uint64_t{1} << 36;
+
+/// Where a device named by another process (a tensor's, or one a module host is asked to move to) is in
+/// this one: a CUDA device is this process's arrival device when one is set (set_cuda_arrival_device,
+/// runtime.h: launch's cuda:<local_rank>); any other device, or with none set, the same.
+Device arrival_device(const Device& sent);
 
 /// Appends `values` to `out`.
 void encode(const List& values, std::string& out, const RefEncoder& refs, const TensorOffloader& offload = {});
