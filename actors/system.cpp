@@ -58,7 +58,13 @@ constexpr int64_t kLaneHeadRoom = 256;
 // its sends are in flight (MPI moves a large message only while someone polls), then sleeps on its
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
-constexpr int64_t kLaneSpinUs = 20;
+// 20 us until 2026-11-29, with kLaneWaitSpinUs 50: a loop of 4 KB requests between 2 ranks of one host
+// (remote_bench --loop=300000, 2 cores) then fell into the slow phase (README, "where a 4 KB request's
+// time goes": a spin that ends before the next message, so every hop pays a futex wake-up of 30-60 us)
+// in some runs, 3.9-13.1 us a request (median 5.0, 6 runs), against 3.3-5.0 (median 4.4) with both
+// spins at 100 us and 3.0-6.7 (median 4.2) at 200 us, alternated in the same session; the split train
+// step and the transfer table did not move beyond their noise.
+constexpr int64_t kLaneSpinUs = 100;
 constexpr int64_t kLaneNapUs = 2000;
 // A rank of another node cannot ring the doorbell: a message from it waits for the end of a nap (200 us),
 // and waking a sleeping thread on another core costs 30-80 us on this VM (a futex wake, median 43 us),
@@ -85,8 +91,9 @@ constexpr int64_t kLaneRemoteSpinUs = 1000;
 constexpr int64_t kLanePolledNapUs = 2000;
 constexpr int64_t kLaneRemoteCallsMs = 10;
 // A thread waiting for a reply that comes on the lane polls it itself for at most this long before it
-// sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US).
-constexpr int64_t kLaneWaitSpinUs = 50;
+// sleeps (the lane thread then delivers the reply) (TROUPE_ACTOR_LANE_WAIT_SPIN_US; 50 us until
+// 2026-11-29, see kLaneSpinUs).
+constexpr int64_t kLaneWaitSpinUs = 100;
 // ... and at most this long in all while a message this process posted is still being read by its peer
 // (MessageLane::peer_reads_under_way; 64 MB take about 20 ms under CMA): the reply follows it.
 constexpr auto kLaneReaderWaitSpin = std::chrono::milliseconds(100);
