@@ -59,8 +59,8 @@ constexpr int64_t kLaneHeadRoom = 256;
 // doorbell, which a rank of this node rings when it posts to this one; at most kLaneNapUs, or 200 us when
 // some rank is on another node (it cannot ring) (TROUPE_ACTOR_LANE_SPIN_US, _NAP_US).
 // 20 us until 2026-11-29, with kLaneWaitSpinUs 50: a loop of 4 KB requests between 2 ranks of one host
-// (remote_bench --loop=300000, 2 cores) then fell into the slow phase (README, "where a 4 KB request's
-// time goes": a spin that ends before the next message, so every hop pays a futex wake-up of 30-60 us)
+// (remote_bench --loop=300000, 2 cores) then fell into the slow phase (docs/actors-performance.md: a
+// spin that ends before the next message, so every hop pays a futex wake-up of 30-60 us)
 // in some runs, 3.9-13.1 us a request (median 5.0, 6 runs), against 3.3-5.0 (median 4.4) with both
 // spins at 100 us and 3.0-6.7 (median 4.2) at 200 us, alternated in the same session; the split train
 // step and the transfer table did not move beyond their noise.
