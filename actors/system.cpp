@@ -1135,14 +1135,26 @@ class System {
     }
   }
 
-  /// Connects (through the gate) to rank `rank`'s service at host:port.
+  /// Connects (through the gate) to rank `rank`'s service at host:port, in up to kConnectTries attempts
+  /// kConnectPause apart: under load CAF's connect once failed at start-up with connection_timeout within
+  /// a second (1 mpirun -np 3 run in about 50), where the next try would have found the peer listening.
   void connect(int rank, const std::string& host, uint16_t port) {
+    constexpr int kConnectTries = 3;
+    constexpr auto kConnectPause = std::chrono::milliseconds(250);
     caf::actor a;
-    try {
-      a = gate_connect(*system_, gate_, host, port);
-    } catch (const ActorError& e) {
-      throw ActorError("[actors] rank " + std::to_string(first_rank_) + ": could not connect to rank " + std::to_string(rank) +
-                       " at " + host + ":" + std::to_string(port) + ": " + e.what());
+    for (int attempt = 1;; ++attempt) {
+      try {
+        a = gate_connect(*system_, gate_, host, port);
+        break;
+      } catch (const ActorError& e) {
+        if (attempt < kConnectTries) {
+          std::this_thread::sleep_for(kConnectPause);
+          continue;
+        }
+        throw ActorError("[actors] rank " + std::to_string(first_rank_) + ": could not connect to rank " + std::to_string(rank) +
+                         " at " + host + ":" + std::to_string(port) + " in " + std::to_string(kConnectTries) +
+                         " attempts: " + e.what());
+      }
     }
     set_service(rank, make_ref(a, service_name(rank), rank));
   }
@@ -2315,10 +2327,25 @@ std::shared_ptr<Runtime> start_connected(const comm::ProcessGroupPtr& world) {
       detail::groups_world() = world->new_group(all, o);
     }
     // Rank r connects to every lower rank and says hello (so both sides know each other's service and
-    // router).
-    for (int j = 0; j < rank; ++j) {
-      sys->connect(j, one_host ? "127.0.0.1" : hosts[j], static_cast<uint16_t>(std::stoi(ports[j])));
-      sys->set_router(j, sys->service(j).request<ActorRef>("hello", rank, sys->service(rank), sys->router_ref()).get());
+    // router). Every rank then learns whether every other got through: a rank that could not fails, and
+    // so does every other, naming it (a rank that threw here had left the others in the barrier below
+    // for good).
+    std::string failed;
+    for (int j = 0; j < rank && failed.empty(); ++j) {
+      try {
+        sys->connect(j, one_host ? "127.0.0.1" : hosts[j], static_cast<uint16_t>(std::stoi(ports[j])));
+        sys->set_router(j, sys->service(j).request<ActorRef>("hello", rank, sys->service(rank), sys->router_ref()).get());
+      } catch (const std::exception& e) {
+        failed = e.what();
+        if (failed.empty()) failed = "an error without a text";
+      }
+    }
+    const auto outcomes = all_gather_text(world, failed);
+    for (int j = 0; j < size; ++j) {
+      if (outcomes[static_cast<size_t>(j)].empty()) continue;
+      if (j == rank) throw ActorError(failed);
+      throw ActorError("[actors] rank " + std::to_string(rank) + ": the actor systems did not connect: rank " + std::to_string(j) +
+                       " failed: " + outcomes[static_cast<size_t>(j)]);
     }
     world->barrier();
     if (lane) sys->start_lane(std::move(lane));

@@ -259,7 +259,17 @@ Context init(int& argc, char**& argv) {
   // threads of --ranks N tensors pass by handle).
   if (c.device.is_cuda()) actors::set_cuda_arrival_device(c.device.index);
   if (actors_wanted()) {
-    c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);
+    try {
+      c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);
+    } catch (...) {  // every rank throws it (start_connected): leave as if never started
+      comm::set_world(nullptr);
+      c.gpu_world.reset();
+      c.world.reset();
+#ifdef TROUPE_HAVE_MPI
+      if (g_uses_mpi) comm::mpi_finalize();
+#endif
+      throw;
+    }
   }
 #endif
 #ifdef TROUPE_HAVE_DASHBOARD
