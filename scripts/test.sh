@@ -34,7 +34,7 @@ jobs=$(nproc)
 # The programs a suite's ctest entries start besides <suite>_tests (its mpirun and launch entries).
 declare -A extra_targets=(
   [comm]="launch_demo"
-  [actors]="actors_mpi_tests actors_mpi_supervision actors_dead_peer soak_train"
+  [actors]="actors_mpi_tests actors_mpi_supervision actors_dead_peer actors_startup_refused soak_train"
   [fuzz]="fuzz_replay"
 )
 
