@@ -227,6 +227,25 @@ void attach_gpus(Context& c) {
 #endif
 }
 
+#if defined(TROUPE_HAVE_ACTORS) || defined(TROUPE_HAVE_DASHBOARD)
+namespace {
+/// Undoes what init() did so far when a collective step of it failed on every rank (the actors' start,
+/// the dashboard's): as if it had never started, MPI finalized.
+void unwind_start(Context& c) {
+  c.actor_runtime.reset();
+#ifdef TROUPE_HAVE_ACTORS
+  actors::stop();
+#endif
+  comm::set_world(nullptr);
+  c.gpu_world.reset();
+  c.world.reset();
+#ifdef TROUPE_HAVE_MPI
+  if (g_uses_mpi) comm::mpi_finalize();
+#endif
+}
+}  // namespace
+#endif
+
 Context init(int& argc, char**& argv) {
   std::lock_guard<std::mutex> g(g_mu);
   if (g_inited && !g_finalized) return g_ctx;
@@ -262,12 +281,7 @@ Context init(int& argc, char**& argv) {
     try {
       c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);
     } catch (...) {  // every rank throws it (start_connected): leave as if never started
-      comm::set_world(nullptr);
-      c.gpu_world.reset();
-      c.world.reset();
-#ifdef TROUPE_HAVE_MPI
-      if (g_uses_mpi) comm::mpi_finalize();
-#endif
+      unwind_start(c);
       throw;
     }
   }
@@ -277,14 +291,7 @@ Context init(int& argc, char**& argv) {
   try {
     g_dashboard = start_dashboard_collective(c);
   } catch (...) {  // every rank throws it: leave as if never started
-    c.actor_runtime.reset();
-    actors::stop();
-    comm::set_world(nullptr);
-    c.gpu_world.reset();
-    c.world.reset();
-#ifdef TROUPE_HAVE_MPI
-    if (g_uses_mpi) comm::mpi_finalize();
-#endif
+    unwind_start(c);
     throw;
   }
 #endif
