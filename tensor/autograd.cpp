@@ -344,7 +344,7 @@ void record_inplace(const char* name, const Tensor& self, const variable_list& o
     inputs.push_back(self);  // still carries the old grad_fn here
     for (auto& o : others) inputs.push_back(o);
     auto node = std::make_shared<FunctionNode>(name, std::move(fn), saves);
-    for (auto& t : inputs) node->next_edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : Edge{});
+    set_next_edges(*node, inputs);
     node->input_meta.push_back({self.sizes().vec(), self.dtype(), self.device()});
     auto& m = meta(self);
     m.grad_fn = node;
@@ -378,7 +378,7 @@ void record_inplace(const char* name, const Tensor& self, const variable_list& o
     return out;
   };
   auto node = std::make_shared<FunctionNode>(std::string("CopySlices"), copy_slices, saves);
-  for (auto& t : inputs) node->next_edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : Edge{});
+  set_next_edges(*node, inputs);
   node->input_meta.push_back({base.sizes().vec(), base.dtype(), base.device()});
   auto& bm = meta(base);
   bm.grad_fn = node;

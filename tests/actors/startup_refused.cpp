@@ -3,6 +3,7 @@
 // then throw, naming what failed (rank 0 names rank 1, whose connection it refused), and return: no rank
 // may wait in a collective for the others. Each rank prints "startup refused on rank R: <error>".
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <troupe/launch/launch.h>
