@@ -16,7 +16,7 @@ void fail_device(const std::string& where, const char* what, const Tensor& t, co
                  Device device) {
   if (device.is_cpu()) {
     throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +
-                    " backend takes CPU tensors");
+                    " backend takes CPU tensors (comm::make_staged_group moves tensors of another device through it)");
   }
   if (!t.is_cuda()) {
     throw CommError(where + ": " + what + " is on " + t.device().str() + "; the " + backend +

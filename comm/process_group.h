@@ -112,6 +112,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::string backend() const = 0;
   /// The options the group was made with (its timeout, its name).
   virtual const GroupOptions& options() const = 0;
+  /// The device its tensors must be on: cpu for the local and mpi backends, cuda:i for nccl and for a
+  /// staged group on cuda:i (make_staged_group).
+  Device device() const { return traits_.device; }
 
   // ---- asynchronous collectives
 
@@ -241,6 +244,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual ProcessGroupPtr do_split(int color, int key, std::optional<GroupOptions> options) = 0;
 
  private:
+  friend class StagedGroup;  // staged.cpp: runs its inner group's transports (do_*) on the staged copies
+
   void check_tensor(const char* fn, const char* what, const Tensor& t) const;
   void check_list(const char* fn, const char* what, const std::vector<Tensor>& list, const Tensor& like) const;
   void check_peer(const char* fn, const char* what, int peer, int tag) const;

@@ -17,7 +17,7 @@ suites=(
   "tensor/tensor_tests *Cuda*:*cuda*:*Gpu*:*Device*"
   "nn_tests *Cuda*:*cuda*"
   "optim_tests *Cuda*:*cuda*"
-  "comm_tests *Nccl*:*nccl*"
+  "comm_tests *Nccl*:*nccl*:StagedGroup.*"
   "actors_tests *Cuda*"
 )
 
