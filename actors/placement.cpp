@@ -10,15 +10,23 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <utility>
+
+#include <unistd.h>
 
 #include <troupe/actors/internal/groups.h>
 #include <troupe/actors/internal/services.h>
 #include <troupe/comm/local.h>
+#include <troupe/comm/staged.h>
+#ifdef TROUPE_HAVE_NCCL
+#include <troupe/comm/nccl.h>
+#endif
 #include <troupe/nn/registry.h>
 #include <troupe/optim/adam.h>
 #include <troupe/optim/adamw.h>
@@ -271,14 +279,73 @@ class GroupMember final : public nn::Module {
   }
 
   void wrap() {
+    comm::ProcessGroupPtr g = group_for_parameters();
     if (!sharded_) {
-      ddp_ = std::make_shared<parallel::DistributedDataParallel>(inner_, group_);
+      ddp_ = std::make_shared<parallel::DistributedDataParallel>(inner_, g);
       return;
     }
     auto slot = slot_;
     fsdp_ = std::make_shared<parallel::FullyShardedDataParallel>(
         inner_, [slot](std::vector<Tensor> shards) { return std::make_unique<DeferredStep>(std::move(shards), slot); },
-        group_);
+        g);
+  }
+
+  /// The device of the subtree's parameters (else its buffers'; the CPU when it has neither).
+  Device parameters_device() const {
+    for (const auto& p : inner_->parameters())
+      if (p.defined()) return p.device();
+    for (const auto& b : inner_->buffers())
+      if (b.defined()) return b.device();
+    return Device(kCPU);
+  }
+
+  /// The group DDP / FSDP run on (collective among the members): the member group itself (mpi or local:
+  /// CPU tensors) for parameters on the CPU; for parameters on a CUDA device, an NCCL group over it when
+  /// troupe was built with NCCL and every member's device is a device of its own (NCCL refuses two ranks
+  /// of a communicator on one GPU), else the member group staged to that device (comm/staged.h: each
+  /// collective copies through host memory, as torch's gloo does with CUDA tensors). Made once per device.
+  comm::ProcessGroupPtr group_for_parameters() {
+    const Device dev = parameters_device();
+    // Every member says where its parameters are and on which host: all must agree on CPU or CUDA.
+    const int n = group_->size();
+    Tensor mine = tensor(std::vector<int64_t>{dev.is_cuda() ? 1 : 0, dev.index, host_id()}, kInt64);
+    Tensor all = zeros({3 * n}, TensorOptions().dtype(kInt64));
+    group_->all_gather_into_tensor(all, mine);
+    const std::vector<int64_t> v = all.to_vector<int64_t>();
+    for (int r = 0; r < n; ++r) {
+      if (v[static_cast<size_t>(3 * r)] != v[0]) {
+        throw ActorError("the members of this " + std::string(sharded_ ? "sharded" : "replicated") +
+                         " subtree have their parameters on different kinds of device: member 0 on " +
+                         (v[0] ? "cuda" : "cpu") + ", member " + std::to_string(r) + " on " +
+                         (v[static_cast<size_t>(3 * r)] ? "cuda" : "cpu") + " (move every member with one to())");
+      }
+    }
+    if (!dev.is_cuda()) return group_;
+    if (gpu_group_ && gpu_group_->device() == dev) return gpu_group_;
+    bool own_devices = true;
+    for (int a = 0; a < n; ++a)
+      for (int b = a + 1; b < n; ++b)
+        if (v[static_cast<size_t>(3 * a + 1)] == v[static_cast<size_t>(3 * b + 1)] &&
+            v[static_cast<size_t>(3 * a + 2)] == v[static_cast<size_t>(3 * b + 2)])
+          own_devices = false;
+#ifdef TROUPE_HAVE_NCCL
+    if (own_devices) {
+      comm::GroupOptions o = group_->options();
+      o.name += "/nccl";
+      gpu_group_ = comm::make_nccl_group(group_, dev.index, o);
+      return gpu_group_;
+    }
+#else
+    (void)own_devices;
+#endif
+    gpu_group_ = comm::make_staged_group(group_, dev);
+    return gpu_group_;
+  }
+  /// This host's name, hashed (members on one host with one device index share a GPU).
+  static int64_t host_id() {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    return static_cast<int64_t>(std::hash<std::string>()(name) & 0x7fffffffffffffffULL);
   }
   // A replicated member after to()/to_empty(): DDP's buckets follow the new dtype (collective).
   void rewrap() {
@@ -310,6 +377,7 @@ class GroupMember final : public nn::Module {
   nn::ModulePtr inner_;
   bool sharded_;
   comm::ProcessGroupPtr group_;
+  comm::ProcessGroupPtr gpu_group_;  // group_for_parameters(): NCCL or staged, for parameters on a GPU
   std::shared_ptr<parallel::DistributedDataParallel> ddp_;
   std::shared_ptr<parallel::FullyShardedDataParallel> fsdp_;
   std::shared_ptr<StepSlot> slot_ = std::make_shared<StepSlot>();
@@ -968,6 +1036,7 @@ RemoteModulePtr place_group(Runtime& rt, const std::string& path, const nn::Modu
   for (int64_t j = 0; j < k; ++j) {
     if (!needs_state[j]) continue;
     if (state.empty()) state = child->state_dict();
+    detail::match_placement(*reps[j], *child);
     reps[j]->load_state_dict(state, true, false);
     reps[j]->train(child->is_training());
   }

@@ -531,6 +531,23 @@ List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::
   return List{Value("factory"), Value(f), Value(std::move(args))};
 }
 
+void match_placement(nn::Module& copy, const nn::Module& source) {
+  std::optional<Tensor> first;
+  for (const auto& p : source.parameters())
+    if (p.defined() && is_floating_point(p.dtype())) {
+      first = p;
+      break;
+    }
+  if (!first)
+    for (const auto& b : source.buffers())
+      if (b.defined() && is_floating_point(b.dtype())) {
+        first = b;
+        break;
+      }
+  if (!first || (first->is_cpu() && first->dtype() == kFloat32)) return;
+  copy.to(first->device(), first->dtype(), false);
+}
+
 List state_pairs(const nn::StateDict& d) {
   List l;
   l.reserve(d.size());
@@ -712,6 +729,7 @@ RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const s
     }
   } else {
     p = make_root_proxy(rt, rank, std::move(spec), std::move(name));
+    detail::match_placement(*p, *module);
     p->load_state_dict(module->state_dict(), true, false);
     p->train(module->is_training());
     // requires_grad flags that differ from a fresh build

@@ -79,6 +79,10 @@ List module_spec(Runtime& rt, const nn::ModulePtr& module, int rank, const std::
 nn::ModulePtr build_module(const List& spec);
 /// @private Forgets a hand-off that was never taken (the spawn failed).
 void drop_handoff(const List& spec);
+/// @private Before a copy built on its host (on the CPU, in the factory's dtype) loads `source`'s state:
+/// moves it to the device and floating dtype of `source`'s first floating parameter (else buffer), so
+/// that a subtree on a GPU, or in float64, stays so (a no-op for a CPU float32 source).
+void match_placement(nn::Module& copy, const nn::Module& source);
 /// @private A state_dict as a message value ([[key, tensor], ...], in order) and back.
 List state_pairs(const nn::StateDict& d);
 nn::StateDict state_dict_from(const Value& v);
@@ -95,7 +99,8 @@ std::unique_ptr<optim::OptimizerOptions> options_of(const std::string& kind, con
 RemoteModulePtr host(Runtime& rt, int rank, const std::string& factory, List args = {}, std::string name = "");
 /// Moves `module` to `rank`: in one process (--ranks N) the object itself is handed to the host (no
 /// copy); across processes the host builds `factory(args)` (default: the module's class name, no
-/// arguments) and loads the module's state_dict, training flag and requires_grad flags.
+/// arguments), moves it to the module's device and floating dtype (a CUDA device is the host's own,
+/// set_cuda_arrival_device) and loads the module's state_dict, training flag and requires_grad flags.
 RemoteModulePtr host(Runtime& rt, const nn::ModulePtr& module, int rank, const std::string& factory = "",
                      List args = {}, std::string name = "");
 

@@ -648,6 +648,45 @@ TEST(MpiCuda, TensorsKeepTheirDeviceAcrossProcesses) {
   ctx.world->barrier();
 }
 
+// A model on the GPU before place(): each host's copy is built on the CPU, moved to its GPU, then loads the
+// state; a replicated and a sharded subtree on ranks {0, 1} train as the local model does. Two ranks on one
+// GPU run DDP and FSDP over the member group staged through host memory; on GPUs of their own, over NCCL.
+TEST(MpiCuda, GroupPlacementsOnTheGpuMatchTheLocalTree) {
+  MPI_ONLY();
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (ctx.rank == 0) {
+    const Device gpu(kCUDA, 0);
+    manual_seed(7);
+    GroupNet local;
+    manual_seed(7);
+    GroupNet placed;
+    local->to(gpu);
+    placed->to(gpu);
+    place(rt, placed.ptr(), {{"enc", replicated({0, 1})}, {"dec", sharded({0, 1})}});
+    for (const auto& [k, t] : placed->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
+    optim::SGD sgd(local->parameters(), optim::SGDOptions(0.1));
+    DistributedOptimizer dopt(placed.ptr(), optim::SGDOptions(0.1));
+    for (int64_t b : {5, 2}) {
+      manual_seed(11 + static_cast<uint64_t>(b));
+      Tensor x = randn({b, 4}, kFloat64).to(gpu);
+      sgd.zero_grad();
+      dopt.zero_grad();
+      Tensor y1 = local->forward(x);
+      Tensor y2 = placed->forward(x);
+      EXPECT_TRUE(y2.is_cuda());
+      EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12) << b;
+      (y1 * y1).sum().backward();
+      (y2 * y2).sum().backward();
+      sgd.step();
+      dopt.step();
+      auto a = local->state_dict();
+      auto c = placed->state_dict();
+      for (const auto& [k, t] : a) EXPECT_LT(max_diff(t.cpu(), c[k].cpu()), 1e-12) << k << " after a step of " << b;
+    }
+  }
+  ctx.world->barrier();
+}
+
 // The host answers a backward with its input gradients before it computes its weights' (bwd1): the
 // caller's own backward goes on meanwhile, and loss.backward() returns once the host is done (bwdend).
 TEST(MpiRemoteModule, TheCallersBackwardGoesOnWhileTheHostFinishesItsWeights) {
@@ -713,6 +752,26 @@ TEST(MpiRemoteModule, AStoppedHostFailsTheCallsNamingIt) {
     blk->host_actor().stop();
     std::string e = what_of([&] { (*blk)(randn({2, 4}, kFloat64)); });
     EXPECT_TRUE(contains(e, "mpi.blk")) << e;
+  }
+  ctx.world->barrier();
+}
+
+// A module moved across processes keeps its floating dtype: the host's build (float32, as the Linear
+// factory makes it) is moved to float64 before the state loads, so no value is rounded.
+TEST(MpiRemoteModule, AMovedModuleKeepsItsDtype) {
+  MPI_ONLY();
+  if (ctx.rank == 0) {
+    manual_seed(5);
+    nn::Linear lin(4, 3);
+    lin->to(kFloat64);
+    auto p = host(rt, lin.ptr(), ctx.size - 1, "Linear", List{Value(int64_t{4}), Value(int64_t{3})});
+    for (const std::string k : {"weight", "bias"}) {
+      Tensor t = p->get_parameter(k);
+      EXPECT_EQ(t.dtype(), kFloat64) << k;
+      EXPECT_EQ(max_diff(t, lin->get_parameter(k)), 0.0) << k;
+    }
+    Tensor x = randn({2, 4}, kFloat64);
+    EXPECT_EQ(max_diff((*p)(x), lin(x)), 0.0);
   }
   ctx.world->barrier();
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <troupe/optim/sgd.h>
+#include <troupe/tensor/backend.h>
 
 #include "actors_helpers.h"
 #include "remote_models.h"
@@ -117,6 +118,46 @@ TEST(Placement, ReplicatedAndShardedMatchTheLocalTree) {
         Tensor x = randn({4, 4}, kFloat64);
         EXPECT_LT(max_diff(local->forward(x), placed->forward(x)), 1e-12);
       }
+    }
+    ctx.world->barrier();
+  });
+}
+
+// The same on the GPU (one process): the model on cuda:0 before place(); the hosts of each group share the
+// device, so DDP and FSDP run over the member group staged through host memory (comm/staged.h), and the
+// replicated subtree moved back to the CPU by to() runs over the member group itself. Skips without CUDA.
+TEST(PlacementCuda, ReplicatedAndShardedOnTheGpuMatchTheLocalTree) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  register_remote_models();
+  on_ranks(4, [](launch::Context& ctx) {
+    if (ctx.rank == 0) {
+      const Device gpu(kCUDA, 0);
+      auto [local, placed] = twin_group_nets();
+      local->to(gpu);
+      placed->to(gpu);
+      place(ctx.actors(), placed.ptr(), {{"enc", replicated({1, 2})}, {"mid", 3}, {"dec", sharded({2, 3})}});
+      for (const auto& [k, t] : placed->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
+      optim::SGD sgd(local->parameters(), optim::SGDOptions(0.1));
+      DistributedOptimizer dopt(placed.ptr(), optim::SGDOptions(0.1));
+      for (int64_t b : {5, 3, 1}) {
+        manual_seed(11 + static_cast<uint64_t>(b));
+        Tensor x = randn({b, 4}, kFloat64).to(gpu);
+        sgd.zero_grad();
+        dopt.zero_grad();
+        Tensor y1 = local->forward(x);
+        Tensor y2 = placed->forward(x);
+        EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12) << b;
+        (y1 * y1).sum().backward();
+        (y2 * y2).sum().backward();
+        sgd.step();
+        dopt.step();
+        auto a = local->state_dict();
+        auto c = placed->state_dict();
+        for (const auto& [k, t] : a) EXPECT_LT(max_diff(t.cpu(), c[k].cpu()), 1e-12) << k << " after a step of " << b;
+      }
+      placed->get_submodule("enc")->to(Device(kCPU));  // DDP rewraps over the member group
+      local->get_submodule("enc")->to(Device(kCPU));
+      EXPECT_TRUE(placed->get_parameter("enc.fc1.weight").is_cpu());
     }
     ctx.world->barrier();
   });
