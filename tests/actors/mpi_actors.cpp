@@ -664,25 +664,7 @@ TEST(MpiCuda, GroupPlacementsOnTheGpuMatchTheLocalTree) {
     placed->to(gpu);
     place(rt, placed.ptr(), {{"enc", replicated({0, 1})}, {"dec", sharded({0, 1})}});
     for (const auto& [k, t] : placed->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
-    optim::SGD sgd(local->parameters(), optim::SGDOptions(0.1));
-    DistributedOptimizer dopt(placed.ptr(), optim::SGDOptions(0.1));
-    for (int64_t b : {5, 2}) {
-      manual_seed(11 + static_cast<uint64_t>(b));
-      Tensor x = randn({b, 4}, kFloat64).to(gpu);
-      sgd.zero_grad();
-      dopt.zero_grad();
-      Tensor y1 = local->forward(x);
-      Tensor y2 = placed->forward(x);
-      EXPECT_TRUE(y2.is_cuda());
-      EXPECT_LT(max_diff(y1.cpu(), y2.cpu()), 1e-12) << b;
-      (y1 * y1).sum().backward();
-      (y2 * y2).sum().backward();
-      sgd.step();
-      dopt.step();
-      auto a = local->state_dict();
-      auto c = placed->state_dict();
-      for (const auto& [k, t] : a) EXPECT_LT(max_diff(t.cpu(), c[k].cpu()), 1e-12) << k << " after a step of " << b;
-    }
+    train_side_by_side_on_gpu(*local, placed.ptr(), gpu, {5, 2});
   }
   ctx.world->barrier();
 }
