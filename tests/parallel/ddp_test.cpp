@@ -155,6 +155,20 @@ TEST(DdpTraining, MatchesOneProcessOnTheConcatenatedBatch) {
   }
 }
 
+// Over a staged group (comm/staged.h, staged to the CPU here: every bucket's all-reduce copied out and
+// back, the copy back when DDP waits), training gives the inner group's parameters, to the bit.
+TEST(DdpTraining, AStagedGroupTrainsAsItsInnerGroup) {
+  for (int n : {2, 3}) {
+    for (DDPOptions o : {DDPOptions(), DDPOptions().first_bucket_mb(1e-6).bucket_cap_mb(1e-6),
+                         DDPOptions().first_bucket_mb(1e-4).gradient_as_bucket_view(true)}) {
+      auto plain = on_local_ranks<std::vector<std::vector<float>>>(n, [&](ProcessGroupPtr pg) { return ddp_training(pg, o); });
+      auto staged = on_local_ranks<std::vector<std::vector<float>>>(
+          n, [&](ProcessGroupPtr pg) { return ddp_training(make_staged_group(pg, Device(kCPU)), o); });
+      for (int r = 0; r < n; ++r) EXPECT_EQ(max_diff(staged[r], plain[r]), 0.0) << "rank " << r << " of " << n;
+    }
+  }
+}
+
 TEST(DdpTraining, TrainingWithoutDdpDiverges) {
   // The check above can fail: ranks training alone on their shards end far from the reference.
   const auto want = reference_training(2);

@@ -209,6 +209,23 @@ TEST(ZeroTraining, AllStagesMatchOneProcessOnTheConcatenatedBatch) {
   }
 }
 
+// Over a staged group (comm/staged.h, staged to the CPU here: every reduce-scatter and all-gather copied
+// out and back), each stage gives the inner group's parameters, to the bit.
+TEST(ZeroTraining, AStagedGroupTrainsAsItsInnerGroup) {
+  for (int stage : {1, 2, 3}) {
+    auto run = [&](bool staged) {
+      return on_local_ranks<Values>(2, [&](ProcessGroupPtr pg) {
+        ProcessGroupPtr g = staged ? make_staged_group(pg, Device(kCPU)) : pg;
+        Trainer t(g, stage, Opt::Adam, make_mlp(100 + pg->rank()));
+        t.train(g, 0, kSteps);
+        return t.params();
+      });
+    };
+    auto plain = run(false), staged = run(true);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(max_diff(staged[r], plain[r]), 0.0) << "stage " << stage << ", rank " << r;
+  }
+}
+
 TEST(ZeroTraining, TheComparisonCanFail) {
   // Training moves the parameters far more than the tolerance, and a run without the averaging (each
   // rank alone on its rows) ends elsewhere.
