@@ -576,6 +576,13 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 // the caller's side of a recorded forward
 
+/// A gradient as a message value: the tensor, or none when it is undefined. (Two emplace_back calls, not
+/// one of a conditional expression: GCC 12 reports the latter's moved Value as maybe uninitialized.)
+void push_grad(List& g, const Tensor& t) {
+  if (t.defined()) g.emplace_back(t);
+  else g.emplace_back();
+}
+
 /// One recorded forward on a host: its key; dropping the last reference tells the host to free it.
 struct RemoteCall {
   ActorRef host;
@@ -608,7 +615,7 @@ struct RemoteCallNode : autograd::Node {
       throw ActorError("[actors] backward with create_graph=True through " + *what + " is not supported");
     List g;
     g.reserve(grads.size());
-    for (auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+    for (auto& t : grads) push_grad(g, t);
     if (call->sup) call->sup->check_graph(call->gen, *what);  // a restarted host lost the graph
     // The host answers bwd1 with the input gradients before it computes its weights' (the caller's
     // backward goes on meanwhile); bwdend's answer, which this backward waits for before it returns (a
@@ -1054,13 +1061,13 @@ Future<List> RemoteModule::forward_keyed(const nn::Args& args, int64_t key, cons
 
 Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads) {
   List g;
-  for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+  for (const auto& t : grads) push_grad(g, t);
   return host_actor().request<List>("bwd", key, std::move(g));
 }
 
 Future<List> RemoteModule::backward_keyed(int64_t key, const std::vector<Tensor>& grads, Future<void>& finished) {
   List g;
-  for (const auto& t : grads) g.emplace_back(t.defined() ? Value(t) : Value());
+  for (const auto& t : grads) push_grad(g, t);
   return detail::request_backward(host_actor(), key, std::move(g), finished);
 }
 

@@ -163,6 +163,16 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return s;
 }
 
+/// "[" + s + "]", built by appending (GCC 12's -Wrestrict misreads `"[" + std::string&&`).
+std::string bracketed(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '[';
+  out += s;
+  out += ']';
+  return out;
+}
+
 /// _vector_str: a 1-D run of n elements with stride st starting at element offset off.
 std::string vector_str(int64_t n, int64_t st, int64_t off, int64_t indent, bool summarize, const Formatter& f,
                        const Reader& r) {
@@ -187,7 +197,7 @@ std::string vector_str(int64_t n, int64_t st, int64_t off, int64_t indent, bool 
                                    data.begin() + static_cast<std::ptrdiff_t>(std::min(data.size(), i + step)));
     lines.push_back(join(chunk, ", "));
   }
-  return "[" + join(lines, ",\n" + std::string(static_cast<size_t>(indent + 1), ' ')) + "]";
+  return bracketed(join(lines, ",\n" + std::string(static_cast<size_t>(indent + 1), ' ')));
 }
 
 /// `t` restricted to dims >= d at element offset `off`.
@@ -208,9 +218,9 @@ std::string tensor_str_rec(const Tensor& t, int64_t d, int64_t off, int64_t inde
     for (int64_t i = 0; i < n; ++i)
       slices.push_back(tensor_str_rec(t, d + 1, off + i * st, indent + 1, summarize, f, r));
   }
-  const std::string sep = "," + std::string(static_cast<size_t>(dim - 1), '\n') +
-                          std::string(static_cast<size_t>(indent + 1), ' ');
-  return "[" + join(slices, sep) + "]";
+  std::string sep = ",";
+  sep.append(static_cast<size_t>(dim - 1), '\n').append(static_cast<size_t>(indent + 1), ' ');
+  return bracketed(join(slices, sep));
 }
 
 /// _tensor_str for a non-empty CPU tensor.

@@ -176,7 +176,7 @@ class DataLoaderBase {
       result_ready_.wait(lock, ready);
     }
     auto it = ordered ? results_.find(next_sequence_number_) : results_.begin();
-    Result result = std::move(it->second);
+    std::optional<Result> result(std::in_place, std::move(it->second));
     results_.erase(it);
     --in_flight_;
     if (ordered) ++next_sequence_number_;

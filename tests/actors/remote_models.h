@@ -112,7 +112,7 @@ inline void register_remote_models() {
     });
     nn::registry::add_forward_hook("test.double_output", [](nn::Module&, const nn::Args&, const nn::Value& out) {
       forward_hook_calls()++;
-      return std::optional<nn::Value>(nn::Value(out.tensor() * 2.0));
+      return std::optional<nn::Value>(std::in_place, out.tensor() * 2.0);
     });
     // every parameter's gradient hook sleeps 100 ms: a host that is slow to finish its weights
     nn::registry::add_apply_fn("test.slow_grads", [](nn::Module& m) {
