@@ -117,9 +117,9 @@ template <class Out, class R>
 std::optional<Out> to_optional(R&& r) {
   if constexpr (is_optional<std::decay_t<R>>::value) {
     if (!r) return std::nullopt;
-    return Out(std::move(*r));
+    return std::optional<Out>(std::in_place, std::move(*r));
   } else {
-    return Out(std::forward<R>(r));
+    return std::optional<Out>(std::in_place, std::forward<R>(r));
   }
 }
 /// The global hooks of one call and the state of its full backward hooks (nn/module_hooks.cpp).

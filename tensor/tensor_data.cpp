@@ -21,7 +21,10 @@ std::string c10_name(ScalarType t) {
 
 std::string join_sizes(const std::vector<int64_t>& sizes) {
   std::string out;
-  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? " " : "") + std::to_string(sizes[i]);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ' ';
+    out += std::to_string(sizes[i]);
+  }
   return out;
 }
 

@@ -45,7 +45,7 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 TEST(Elementwise, BroadcastingMatchesPyTorch) {
   auto fx = Fixtures::load("broadcast.txt");
   for (int i = 0; i < 5; ++i) {
-    std::string s = "_" + std::to_string(i);
+    const std::string s = std::string("_").append(std::to_string(i));
     SCOPED_TRACE("pair " + std::to_string(i));
     Tensor a = fx.get("a" + s), b = fx.get("b" + s);
     EXPECT_TRUE(tensors_close(a + b, fx.get("add" + s), 1e-6, 1e-6, true));
