@@ -308,7 +308,7 @@ class GroupMember final : public nn::Module {
     const Device dev = parameters_device();
     // Every member says where its parameters are and on which host: all must agree on CPU or CUDA.
     const int n = group_->size();
-    Tensor mine = tensor(std::vector<int64_t>{dev.is_cuda() ? 1 : 0, dev.index, host_id()}, kInt64);
+    Tensor mine = tensor(std::vector<int64_t>{dev.is_cuda() ? 1 : 0, dev.index(), host_id()}, kInt64);
     Tensor all = zeros({3 * n}, TensorOptions().dtype(kInt64));
     group_->all_gather_into_tensor(all, mine);
     const std::vector<int64_t> v = all.to_vector<int64_t>();
@@ -332,7 +332,7 @@ class GroupMember final : public nn::Module {
     if (own_devices) {
       comm::GroupOptions o = group_->options();
       o.name += "/nccl";
-      gpu_group_ = comm::make_nccl_group(group_, dev.index, o);
+      gpu_group_ = comm::make_nccl_group(group_, dev.index(), o);
       return gpu_group_;
     }
 #else

@@ -45,7 +45,7 @@ void put_tensor_header(std::string& out, const Tensor& t) {
     if (!d.is_cuda() || d.index > 255) throw ActorError("[actors] wire: a tensor on device " + d.str() + " (cpu and cuda:0-255 travel)");
     put<uint8_t>(out, dt | kOnDevice);
     put<uint8_t>(out, kDeviceCuda);
-    put<uint8_t>(out, static_cast<uint8_t>(std::max(d.index, 0)));
+    put<uint8_t>(out, static_cast<uint8_t>(std::max(d.index(), 0)));
   }
   auto sizes = t.sizes();
   if (sizes.size() > kMaxDims) throw ActorError("[actors] wire: a tensor of more than 64 dimensions");

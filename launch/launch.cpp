@@ -276,7 +276,7 @@ Context init(int& argc, char**& argv) {
 #ifdef TROUPE_HAVE_ACTORS
   // A CUDA tensor from another process lands on this rank's GPU (one process per rank here; between the
   // threads of --ranks N tensors pass by handle).
-  if (c.device.is_cuda()) actors::set_cuda_arrival_device(c.device.index);
+  if (c.device.is_cuda()) actors::set_cuda_arrival_device(c.device.index());
   if (actors_wanted()) {
     try {
       c.actor_runtime = c.backend.rfind("mpi", 0) == 0 ? actors::start_connected(c.world) : actors::start_local(1).at(0);

@@ -100,7 +100,7 @@ Device::Device(const std::string& s) {
 
 std::string Device::str() const {
   if (type == kCPU) return "cpu";
-  return index < 0 ? "cuda" : "cuda:" + std::to_string(index);
+  return index < 0 ? "cuda" : "cuda:" + std::to_string(index());
 }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }

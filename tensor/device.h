@@ -24,10 +24,20 @@ struct DeviceTypeField {
   constexpr DeviceType operator()() const { return value; }
 };
 
+/// Device::index: reads as an int (`d.index == 0`, `d.index = 1`) and is also callable, libtorch's
+/// `d.index()`.
+struct DeviceIndexField {
+  int value = -1;
+  constexpr DeviceIndexField() = default;
+  constexpr DeviceIndexField(int i) : value(i) {}
+  constexpr operator int() const { return value; }
+  constexpr int operator()() const { return value; }
+};
+
 /// A device: `cpu`, or `cuda:N`. Parses PyTorch's strings ("cpu", "cpu:0", "cuda", "cuda:1").
 struct Device {
   DeviceTypeField type;
-  int index = -1;  // -1: the current device of that type
+  DeviceIndexField index;  // -1: the current device of that type
 
   Device() = default;
   Device(DeviceType t, int i = -1) : type(t), index(i) {}
@@ -38,8 +48,10 @@ struct Device {
   bool is_cuda() const { return type == kCUDA; }
   /// True when an index was given (libtorch's has_index()).
   bool has_index() const { return index >= 0; }
+  /// libtorch's set_index().
+  void set_index(int i) { index = i; }
   bool operator==(const Device& o) const {
-    return type == o.type && (type == kCPU || index == o.index || index < 0 || o.index < 0);
+    return type == o.type && (type == kCPU || index() == o.index() || index < 0 || o.index < 0);
   }
   bool operator!=(const Device& o) const { return !(*this == o); }
   /// "cpu" or "cuda:0".

@@ -209,7 +209,7 @@ std::string param_line(const std::string& key, const Tensor& p, bool legacy_type
   for (int64_t i = 0; i < p.dim(); ++i) size += (i ? "x" : "") + std::to_string(p.size(i));
   std::string type = legacy_type ? std::string(p.is_cuda() ? "torch.cuda." : "torch.") + legacy_type_name(p.dtype())
                                  : std::string("torch.") + dtype_name(p.dtype());
-  std::string device = p.is_cuda() ? " (GPU " + std::to_string(std::max(p.device().index, 0)) + ")" : "";
+  std::string device = p.is_cuda() ? " (GPU " + std::to_string(std::max(p.device().index(), 0)) + ")" : "";
   return "  (" + key + "): " + "Parameter" + " containing: [" + type +
          " of size " + size + device + "]";
 }

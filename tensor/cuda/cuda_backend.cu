@@ -57,9 +57,9 @@ int resolve(Device d) {
     return cur;
   }
   if (d.index >= device_info().count)
-    throw std::out_of_range("[cuda] device index " + std::to_string(d.index) + " is out of range: " +
+    throw std::out_of_range("[cuda] device index " + std::to_string(d.index()) + " is out of range: " +
                             std::to_string(device_info().count) + " CUDA device(s) available");
-  return d.index;
+  return d.index();
 }
 
 /// The one CUDA device all defined operands live on; throws when one is on the CPU or elsewhere.

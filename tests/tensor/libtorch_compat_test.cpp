@@ -72,6 +72,20 @@ TEST(LibtorchDevice, ParsesLibtorchsStrings) {
   EXPECT_TRUE(torch::Device("cuda:3") == torch::Device(torch::kCUDA, 3));
   EXPECT_EQ(torch::Device("cuda:3").index, 3);
   EXPECT_EQ(torch::Device("cuda").type(), torch::kCUDA);
+  // libtorch spells the index as a method; the field reads and assigns as before
+  EXPECT_EQ(torch::Device("cuda:3").index(), 3);
+  EXPECT_EQ(torch::Device("cuda").index(), -1);
+  EXPECT_EQ(torch::ones({2}).device().index(), -1);
+  torch::Device d(torch::kCUDA);
+  d.set_index(2);
+  EXPECT_TRUE(d.has_index());
+  EXPECT_EQ(d.index(), 2);
+  EXPECT_EQ(d.str(), "cuda:2");
+  d.index = 5;
+  const int i = d.index();
+  EXPECT_EQ(i, 5);
+  EXPECT_TRUE(torch::Device(torch::kCUDA, 1) != torch::Device(torch::kCUDA, 2));
+  EXPECT_TRUE(torch::Device(torch::kCUDA, 1) == torch::Device(torch::kCUDA));
   for (const char* bad : {"", "cud:1", "cuda:", "cpu::1", ":1", "3", "tpu:4", "??"})
     EXPECT_THROW(torch::Device{std::string(bad)}, std::invalid_argument) << bad;
 }
@@ -101,6 +115,7 @@ TEST(LibtorchOptions, BuildersAndDefaults) {
   options = torch::dtype(torch::kByte).layout(torch::kStrided).device(torch::kCUDA, 2).device_index(3);
   EXPECT_EQ(options.device().type(), torch::kCUDA);
   EXPECT_EQ(options.device().index, 3);
+  EXPECT_EQ(options.device().index(), 3);
   EXPECT_EQ(options.dtype(), torch::kByte);
   EXPECT_EQ(torch::device_index(1).device(), torch::Device(torch::kCUDA, 1));
   EXPECT_EQ(torch::TensorOptions().dtype<double>().dtype(), torch::kDouble);
