@@ -119,6 +119,11 @@ tstep=$(awk '/^torch_remote_step_ms/ {print $2}' "$out")
       printf "round trip PyTorch RemoteModule / troupe RemoteModule: %.0f us / %.0f us = %.1f (target >= 10: %s)\n", p, t, r, (r >= 10 ? "PASS" : "MISS") }'
     awk -v t="$step" -v p="$tstep" 'BEGIN { r = p / t;
       printf "train step PyTorch dist_autograd / troupe: %.1f ms / %.1f ms = %.1f (target >= 3: %s)\n", p, t, r, (r >= 3 ? "PASS" : "MISS") }'
+    pstep=$(awk '/^troupe_remote_step_pipe_ms/ {print $2}' "$out")
+    if [[ -n "$pstep" ]]; then
+      awk -v t="$pstep" -v p="$tstep" 'BEGIN {
+        printf "  the same split through actors::Pipeline (1F1B, 4 micro-batches): %.1f ms (%.1f)\n", t, p / t }'
+    fi
     crtt=$(awk '/^troupe_remote_rtt_caf_us/ {print $2}' "$out")
     cstep=$(awk '/^troupe_remote_step_caf_ms/ {print $2}' "$out")
     if [[ -n "$crtt" ]]; then
