@@ -18,6 +18,14 @@
 
 namespace troupe {
 
+/// libtorch's `torch::optional` / `torch::nullopt` (c10::optional, std::optional since PyTorch 2.x), so that
+/// libtorch code such as `torch::optional<size_t> size() const override` compiles with `namespace torch
+/// = troupe`.
+template <class T>
+using optional = std::optional<T>;
+using std::nullopt;
+using std::nullopt_t;
+
 /// How elements are laid out: troupe has only dense strided tensors (libtorch's kStrided).
 enum class Layout : int8_t { Strided };
 constexpr Layout kStrided = Layout::Strided;

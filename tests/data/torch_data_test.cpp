@@ -87,6 +87,39 @@ TEST(TorchDataDatasets, CustomDatasetGetsBatchesAsVectors) {
   static_assert(!CountingDataset::is_stateful);
 }
 
+namespace libtorch_spelled {
+namespace torch = troupe;
+// A custom dataset as libtorch's docs write it: torch::optional in the size() override.
+struct Squares : torch::data::datasets::Dataset<Squares> {
+  torch::data::Example<> get(size_t index) override {
+    const double i = static_cast<double>(index);
+    return {torch::full({1}, i), torch::full({1}, i * i)};
+  }
+  torch::optional<size_t> size() const override { return 4; }
+};
+struct Endless : torch::data::datasets::Dataset<Endless> {
+  torch::data::Example<> get(size_t index) override { return {torch::full({1}, static_cast<double>(index)), {}}; }
+  torch::optional<size_t> size() const override { return torch::nullopt; }
+};
+}  // namespace libtorch_spelled
+
+TEST(TorchDataDatasets, SizeOverridesSpelledAsLibtorchCompile) {
+  libtorch_spelled::Squares sq;
+  ASSERT_TRUE(sq.size().has_value());
+  EXPECT_EQ(*sq.size(), 4u);
+  auto loader = data::make_data_loader(sq.map(data::transforms::Stack<>()), data::DataLoaderOptions().batch_size(4));
+  int batches = 0;
+  for (auto& b : *loader) {
+    ++batches;
+    std::vector<int64_t> t = ints_of(b.target);  // the default sampler shuffles, as libtorch's
+    std::sort(t.begin(), t.end());
+    EXPECT_EQ(t, (std::vector<int64_t>{0, 1, 4, 9}));
+  }
+  EXPECT_EQ(batches, 1);
+  EXPECT_FALSE(libtorch_spelled::Endless().size().has_value());
+  static_assert(std::is_same_v<troupe::optional<size_t>, std::optional<size_t>>);
+}
+
 TEST(TorchDataDatasets, TensorDatasetYieldsRows) {
   data::datasets::TensorDataset ds(arange(6, TensorOptions().dtype(kFloat32)).reshape({3, 2}));
   EXPECT_EQ(ds.size().value(), 3u);
