@@ -15,24 +15,18 @@ constexpr int kNumDeviceTypes = 2;
 /// "cpu" or "cuda", as libtorch prints a DeviceType.
 std::ostream& operator<<(std::ostream& os, DeviceType t);
 
-/// Device::type: reads as a DeviceType (`d.type == kCPU`) and is also callable, libtorch's `d.type()`.
-struct DeviceTypeField {
-  DeviceType value = DeviceType::CPU;
-  constexpr DeviceTypeField() = default;
-  constexpr DeviceTypeField(DeviceType t) : value(t) {}
-  constexpr operator DeviceType() const { return value; }
-  constexpr DeviceType operator()() const { return value; }
+/// A field of Device that reads and assigns as a T (`d.type == kCPU`, `d.index = 1`) and is also
+/// callable, as libtorch spells it (`d.type()`, `d.index()`).
+template <class T, T kDefault>
+struct CallableField {
+  T value = kDefault;
+  constexpr CallableField() = default;
+  constexpr CallableField(T v) : value(v) {}
+  constexpr operator T() const { return value; }
+  constexpr T operator()() const { return value; }
 };
-
-/// Device::index: reads as an int (`d.index == 0`, `d.index = 1`) and is also callable, libtorch's
-/// `d.index()`.
-struct DeviceIndexField {
-  int value = -1;
-  constexpr DeviceIndexField() = default;
-  constexpr DeviceIndexField(int i) : value(i) {}
-  constexpr operator int() const { return value; }
-  constexpr int operator()() const { return value; }
-};
+using DeviceTypeField = CallableField<DeviceType, DeviceType::CPU>;
+using DeviceIndexField = CallableField<int, -1>;
 
 /// A device: `cpu`, or `cuda:N`. Parses PyTorch's strings ("cpu", "cpu:0", "cuda", "cuda:1").
 struct Device {
