@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <thread>
@@ -217,57 +218,83 @@ struct Item {
 
 /// A FIFO of Items in blocks of kBlock; emptied blocks are kept (up to kKeep) and reused, so a burst of
 /// messages lands in warm memory instead of growing a vector into fresh pages. Not thread-safe: the
-/// host's lock guards it.
+/// host's lock guards it. A block is raw storage: push constructs an Item in its slot, and whoever runs it
+/// destroys it there (Block::item, destroy_front); nothing writes the slot after its Item ran, so a
+/// sender that refills a recycled block finds its lines clean, not last written by the drainer's core.
 class ItemQueue {
  public:
   static constexpr size_t kBlock = 64;
   struct Block {
-    Item items[kBlock];
-    size_t begin = 0, end = 0;
+    alignas(Item) unsigned char slots[kBlock * sizeof(Item)];
+    size_t begin = 0, end = 0;  // [begin, end): live Items
     Block* next = nullptr;
+    Item& item(size_t k) { return *std::launder(reinterpret_cast<Item*>(slots + k * sizeof(Item))); }
+    /// Destroys the live Items of [begin, end) (they were not run).
+    void destroy_live() {
+      for (size_t k = begin; k < end; ++k) item(k).~Item();
+      begin = end;
+    }
   };
   ItemQueue() = default;
   ItemQueue(const ItemQueue&) = delete;
   ItemQueue& operator=(const ItemQueue&) = delete;
   ~ItemQueue() {
+    for (Block* b = head_; b; b = b->next) b->destroy_live();
     free_chain(head_);
     free_chain(free_);
   }
   bool empty() const { return head_ == nullptr; }
-  void push(Item&& it) {
+  /// Appends an Item made from `args` (constructed in its slot: no temporary moved in).
+  template <class... A>
+  void emplace(A&&... args) {
     if (!tail_ || tail_->end == kBlock) {
       Block* b = fresh();
       (tail_ ? tail_->next : head_) = b;
       tail_ = b;
     }
-    tail_->items[tail_->end++] = std::move(it);
+    ::new (static_cast<void*>(tail_->slots + tail_->end * sizeof(Item))) Item{std::forward<A>(args)...};
+    ++tail_->end;
+  }
+  void push(Item&& it) { emplace(std::move(it)); }
+  /// Appends the Item that `make(void* slot)` constructs in its slot (placement new).
+  template <class F>
+  void emplace_with(F&& make) {
+    if (!tail_ || tail_->end == kBlock) {
+      Block* b = fresh();
+      (tail_ ? tail_->next : head_) = b;
+      tail_ = b;
+    }
+    make(static_cast<void*>(tail_->slots + tail_->end * sizeof(Item)));
+    ++tail_->end;
   }
   /// The i-th queued item, or null.
   Item* at(size_t i) {
     for (Block* b = head_; b; b = b->next) {
-      if (i < b->end - b->begin) return &b->items[b->begin + i];
+      if (i < b->end - b->begin) return &b->item(b->begin + i);
       i -= b->end - b->begin;
     }
     return nullptr;
   }
   /// Removes the first item into `out`.
   void pop_front(Item& out) {
-    out = std::move(head_->items[head_->begin]);
-    head_->items[head_->begin++] = Item();
-    if (head_->begin == head_->end) {
+    Item& first = head_->item(head_->begin);
+    out = std::move(first);
+    first.~Item();
+    if (++head_->begin == head_->end) {
       Block* b = head_;
       head_ = b->next;
       if (!head_) tail_ = nullptr;
       recycle(b);
     }
   }
-  /// Every queued block, for the caller to run without the lock and hand back (give_back).
+  /// Every queued block, for the caller to run without the lock, destroying each Item after it ran, and
+  /// hand back (give_back).
   Block* take_all() {
     Block* h = head_;
     head_ = tail_ = nullptr;
     return h;
   }
-  /// Keeps the blocks of a chain from take_all(), whose items were reset.
+  /// Keeps the blocks of a chain from take_all(), whose Items were destroyed.
   void give_back(Block* chain) {
     while (chain) {
       Block* n = chain->next;
@@ -279,7 +306,7 @@ class ItemQueue {
  private:
   static constexpr size_t kKeep = 16;
   Block* fresh() {
-    if (!free_) return new Block;
+    if (!free_) return new Block;  // default-initialised: the slots are not zeroed
     Block* b = free_;
     free_ = b->next;
     --n_free_;
@@ -346,6 +373,35 @@ struct Host : InlineRunner {
       }
     }
     if (here) {
+      run_here(it, handle);
+    } else if (post) {
+      caf::anon_send(handle, tr_drain_atom::value);
+      ++t_woke_actors;
+    }
+    return std::nullopt;
+  }
+  /// push() of a Call from this process (a request when `state` is set), its Item built in its queue
+  /// slot: the hot path of messages between actors of one process.
+  std::optional<std::string> push_call(uint64_t id, const std::string& method, List&& args, CallStatePtr&& state,
+                                       const caf::actor& handle) {
+    bool post = false, here = false;
+    {
+      std::lock_guard<SpinLock> g(mu_);
+      if (closed_) return closed_reason_;
+      here = inline_ok && !state && !running_ && !posted_ && q_.empty();
+      if (here) {
+        running_ = true;
+      } else {
+        q_.emplace_with([&](void* slot) {
+          ::new (slot) Item{Call{id, method, Payload{std::move(args), nullptr}, -1}, nullptr, false, std::move(state)};
+        });
+        count_pushed();
+        post = !running_ && !posted_;
+        if (post) posted_ = true;
+      }
+    }
+    if (here) {
+      Item it{Call{id, method, Payload{std::move(args), nullptr}, -1}, nullptr, false, nullptr};
       run_here(it, handle);
     } else if (post) {
       caf::anon_send(handle, tr_drain_atom::value);
@@ -652,12 +708,8 @@ class System {
       id = next_id_++;
       if (host.inline_ok) state->set_inline(ri.local, id);
     }
-    Item it;
-    it.call.id = id;
-    it.call.method = method;
-    it.call.args.values = std::move(args);
-    it.state = state;
-    if (auto gone = host.push(std::move(it), ri.handle)) {
+    CallStatePtr queued = state;
+    if (auto gone = host.push_call(id, method, std::move(args), std::move(queued), ri.handle)) {
       if (!state) throw ActorError("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
       state->fail("[actors] " + what() + " failed: the actor is gone (" + *gone + ")");
     }
@@ -1882,14 +1934,15 @@ void Host::drain(caf::event_based_actor* self, bool from_post) {
     std::vector<Item> rest;  // after ActorRef::stop()'s marker: they fail, as after CAF's exit
     for (ItemQueue::Block* b = chain; b; b = b->next) {
       for (size_t k = b->begin; k < b->end; ++k) {
-        Item& it = b->items[k];
+        Item& it = b->item(k);
         count_taken(1);
         if (it.exit) stop = true;
         else if (stop) rest.push_back(std::move(it));
         else run(it);
-        it = Item();
+        it.~Item();
         ++done;
       }
+      b->begin = b->end;
     }
     if (stop) {
       // Closed in the same hold of the lock that clears running_: in between, a caller waiting on a

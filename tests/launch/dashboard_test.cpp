@@ -203,6 +203,8 @@ TEST(Dashboard, QueueLengthAndRatePerActor) {
         ADD_FAILURE() << "rank 1 does not report q";
         return actors::ActorInfo{};
       };
+      const auto sent = std::chrono::steady_clock::now();
+      const double wall_sent = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       c.send("sleep_ms", int64_t{600});
       for (int64_t i = 0; i < 10; ++i) c.send("append", i);
       actors::ActorInfo a;
@@ -224,6 +226,14 @@ TEST(Dashboard, QueueLengthAndRatePerActor) {
       a = info();
       EXPECT_EQ(a.queued, 0);
       EXPECT_EQ(a.messages, 12);
+      // Busy time: the 600 ms sleep and the rest, no more than the time since it was sent (the counters
+      // read a tick clock that is converted to seconds when read); the last message ended since then.
+      const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+      const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      EXPECT_GE(a.busy_seconds, 0.6 * 0.99);
+      EXPECT_LE(a.busy_seconds, since * 1.01 + 1e-3);
+      EXPECT_GE(a.last_message_at, wall_sent + 0.6 * 0.99 - 5e-3);
+      EXPECT_LE(a.last_message_at, wall + 5e-3);
       std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the report cache (0.5 s)
       for (int i = 0; i < 20; ++i) c.send("append", int64_t{i});
       c.request<int64_t>("get").get();  // 33 handled in all
