@@ -107,7 +107,7 @@ struct Counters {
     a.spawned_at = spawned_at;
     if (const int64_t l = last_tick.load(std::memory_order_relaxed)) {
       // wall time from the tick clock's (a handler reads one clock, not two)
-      a.last_message_at = wall_now() - 1e-9 * Ticks::ns(Ticks::now() - l);
+      a.last_message_at = wall_now() - 1e-9 * Ticks::ns(std::max<int64_t>(Ticks::now() - l, 0));
     }
     a.modules = modules;
     std::lock_guard<std::mutex> g(mu);
@@ -125,7 +125,9 @@ void count_handlers(Actor& actor, const std::shared_ptr<Counters>& c) {
       c->current.store(m, std::memory_order_release);
       auto done = [&](const char* what) {
         const int64_t t1 = Ticks::now();
-        c->busy_ticks.store(c->busy_ticks.load(std::memory_order_relaxed) + (t1 - t0), std::memory_order_relaxed);
+        // (never negative: a handler that moved to a core whose counter lags does not take time back)
+        c->busy_ticks.store(c->busy_ticks.load(std::memory_order_relaxed) + std::max<int64_t>(t1 - t0, 0),
+                            std::memory_order_relaxed);
         c->messages.store(c->messages.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         c->last_tick.store(t1, std::memory_order_relaxed);
         c->current.store(nullptr, std::memory_order_release);
