@@ -110,6 +110,10 @@ class MessageLane {
   /// shared-memory ring to a rank of this node (a quarter of the ring), else the eager limit. A larger
   /// head goes by rendezvous (copied twice, and moved only while this process polls).
   virtual int64_t head_bytes(int dest) const = 0;
+  /// The largest head this process receives straight into a receive it posted ahead (one MPI message);
+  /// a larger one is announced by an empty head and follows on a tag of its own (two messages and a
+  /// probe). Senders to a rank of another node keep heads within it (see the actors' lane budget).
+  virtual int64_t slot_bytes() const = 0;
   /// The largest body that travels in the shared-memory ring to `dest` (in pieces the peer copies out
   /// while the next ones go in; post() returns once they are all in), or -1 when bodies to it go by MPI.
   virtual int64_t ring_body_bytes(int dest) const = 0;

@@ -245,11 +245,13 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
   const int peer = (ctx.rank + 1) % ctx.size;
   ActorRef echo = rt.spawn_on(peer, "big" + std::to_string(ctx.rank), "Counter", 0);
   // across the lane's limits: tensors inside the head (up to 32 KB - 320 bytes, its eager budget under
-  // make_mpi_world's eager limit), as an eager body, as a body above the eager limit in a message of at
-  // most 1 MB, just under and at 1 MB, and beyond
+  // make_mpi_world's eager limit; to a rank of another node, as under the multihost ctests, up to 72 KB -
+  // 256, what fits in the peer's posted head receives), as an eager body, as a body above the eager limit
+  // in a message of at most 1 MB, just under and at 1 MB, and beyond
   for (int64_t bytes : {(int64_t{4} << 10) - 4, int64_t{4} << 10, int64_t{16} << 10, (int64_t{32} << 10) - 320,
                         (int64_t{32} << 10) - 316, (int64_t{32} << 10) - 64, (int64_t{32} << 10) - 60, int64_t{32} << 10,
-                        int64_t{64} << 10, (int64_t{1} << 20) - 4, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
+                        int64_t{64} << 10, (int64_t{72} << 10) - 260, (int64_t{72} << 10) - 256, (int64_t{72} << 10) - 252,
+                        int64_t{72} << 10, (int64_t{1} << 20) - 4, int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20}) {
     Tensor t = randn({bytes / 4});
     Tensor back = echo.request<Tensor>("echo", t).get();
     EXPECT_TRUE(equal(back, t)) << bytes;
@@ -257,7 +259,7 @@ TEST(MpiLane, LargeTensorsCrossBothWays) {
     Tensor s = echo.request<Tensor>("scale", t, 2.0).get();
     EXPECT_TRUE(equal(s, t * 2.0)) << bytes;
   }
-  // a head above the lane's 64 KB head receives (a 100 KB string), announced and sent on its own
+  // a head above the lane's 72 KB head receives (a 100 KB string), announced and sent on its own
   {
     const std::string text(100000, 'z');
     Value back = echo.request<Value>("echo", Value(List{Value(text), Value(ones({5}))})).get();

@@ -265,9 +265,9 @@ TEST(MpiMessageLane, APollerKeepsPostsFromWakingTheSleeperAndItsEndWakesIt) {
   }
 }
 
-// A head larger than the receives posted ahead for heads (64 KB) is announced and follows on its own
-// tag, in order with the heads around it and its bodies; an empty head is refused (it would read as
-// such an announcement).
+// A head larger than the receives posted ahead for heads (slot_bytes(), 72 KB) is announced and follows
+// on its own tag, in order with the heads around it and its bodies; an empty head is refused (it would
+// read as such an announcement).
 TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
   LANE_SETUP(pg, lane);
   const std::string big = std::string(200000, 'x') + "end";
@@ -280,7 +280,8 @@ TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
     }
     lane->post(1, "before", {});
     lane->post(1, std::string(big), {arange(10, TensorOptions().dtype(kFloat32))});
-    lane->post(1, std::string(65536, 'y'), {});  // exactly a posted receive's size
+    lane->post(1, std::string(static_cast<size_t>(lane->slot_bytes()), 'y'), {});  // exactly a posted receive's size
+    lane->post(1, std::string(static_cast<size_t>(lane->slot_bytes()) + 1, 'z'), {});  // one byte more: announced
     lane->post(1, "after", {full({3}, 2, TensorOptions().dtype(kInt64))});
     const auto until = Clock::now() + 10s;
     while (lane->pending_sends() > 0 && Clock::now() < until) std::this_thread::sleep_for(100us);
@@ -291,7 +292,9 @@ TEST(MpiMessageLane, LargeHeadsKeepTheirOrderAndEmptyHeadsAreRefused) {
     EXPECT_EQ(m.head.size(), big.size());
     EXPECT_TRUE(m.head == big);
     EXPECT_TRUE(equal(lane->recv_body(0, kFloat32, {10}, 10000ms), arange(10, TensorOptions().dtype(kFloat32))));
-    EXPECT_TRUE(next_head(*lane).head == std::string(65536, 'y'));
+    EXPECT_GE(lane->slot_bytes(), 65536 + 256) << "a 64 KB tensor and its message's fields fit in one head";
+    EXPECT_TRUE(next_head(*lane).head == std::string(static_cast<size_t>(lane->slot_bytes()), 'y'));
+    EXPECT_TRUE(next_head(*lane).head == std::string(static_cast<size_t>(lane->slot_bytes()) + 1, 'z'));
     EXPECT_EQ(next_head(*lane).head, "after");
     EXPECT_TRUE(equal(lane->recv_body(0, kInt64, {3}, 10000ms), full({3}, 2, TensorOptions().dtype(kInt64))));
   }
