@@ -218,8 +218,8 @@ struct Item {
 
 /// A FIFO of Items in blocks of kBlock; emptied blocks are kept (up to kKeep) and reused, so a burst of
 /// messages lands in warm memory instead of growing a vector into fresh pages. Not thread-safe: the
-/// host's lock guards it. A block is raw storage: push constructs an Item in its slot, and whoever runs it
-/// destroys it there (Block::item, destroy_front); nothing writes the slot after its Item ran, so a
+/// host's lock guards it. A block is raw storage: emplace_with constructs an Item in its slot, and whoever
+/// runs it destroys it there (Block::item, pop_front); nothing writes the slot after its Item ran, so a
 /// sender that refills a recycled block finds its lines clean, not last written by the drainer's core.
 class ItemQueue {
  public:
@@ -244,19 +244,7 @@ class ItemQueue {
     free_chain(free_);
   }
   bool empty() const { return head_ == nullptr; }
-  /// Appends an Item made from `args` (constructed in its slot: no temporary moved in).
-  template <class... A>
-  void emplace(A&&... args) {
-    if (!tail_ || tail_->end == kBlock) {
-      Block* b = fresh();
-      (tail_ ? tail_->next : head_) = b;
-      tail_ = b;
-    }
-    ::new (static_cast<void*>(tail_->slots + tail_->end * sizeof(Item))) Item{std::forward<A>(args)...};
-    ++tail_->end;
-  }
-  void push(Item&& it) { emplace(std::move(it)); }
-  /// Appends the Item that `make(void* slot)` constructs in its slot (placement new).
+  /// Appends the Item that `make(void* slot)` constructs in its slot (placement new: no temporary moved in).
   template <class F>
   void emplace_with(F&& make) {
     if (!tail_ || tail_->end == kBlock) {
@@ -358,63 +346,24 @@ struct Host : InlineRunner {
   /// message to an idle actor that allows inline requests, with nothing queued, runs on this thread
   /// instead (as a waiter runs a request: RemoteModule's "rel" then wakes no thread).
   std::optional<std::string> push(Item&& it, const caf::actor& handle) {
-    bool post = false, here = false;
-    {
-      std::lock_guard<SpinLock> g(mu_);
-      if (closed_) return closed_reason_;
-      here = inline_ok && !it.state && !it.exit && !it.reply_to && it.lane_from < 0 && !running_ && !posted_ && q_.empty();
-      if (here) {
-        running_ = true;
-      } else {
-        q_.push(std::move(it));
-        count_pushed();
-        post = !running_ && !posted_;
-        if (post) posted_ = true;
-      }
-    }
-    if (here) {
-      run_here(it, handle);
-    } else if (post) {
-      caf::anon_send(handle, tr_drain_atom::value);
-      ++t_woke_actors;
-    }
-    return std::nullopt;
+    const bool one_way_here = !it.state && !it.exit && !it.reply_to && it.lane_from < 0;
+    return push_with(one_way_here, [&](void* slot) { ::new (slot) Item(std::move(it)); }, handle);
   }
   /// push() of a Call from this process (a request when `state` is set), its Item built in its queue
-  /// slot: the hot path of messages between actors of one process.
+  /// slot, not moved in: the hot path of messages between actors of one process.
   std::optional<std::string> push_call(uint64_t id, const std::string& method, List&& args, CallStatePtr&& state,
                                        const caf::actor& handle) {
-    bool post = false, here = false;
-    {
-      std::lock_guard<SpinLock> g(mu_);
-      if (closed_) return closed_reason_;
-      here = inline_ok && !state && !running_ && !posted_ && q_.empty();
-      if (here) {
-        running_ = true;
-      } else {
-        q_.emplace_with([&](void* slot) {
-          ::new (slot) Item{Call{id, method, Payload{std::move(args), nullptr}, -1}, nullptr, false, std::move(state)};
-        });
-        count_pushed();
-        post = !running_ && !posted_;
-        if (post) posted_ = true;
-      }
-    }
-    if (here) {
-      Item it{Call{id, method, Payload{std::move(args), nullptr}, -1}, nullptr, false, nullptr};
-      run_here(it, handle);
-    } else if (post) {
-      caf::anon_send(handle, tr_drain_atom::value);
-      ++t_woke_actors;
-    }
-    return std::nullopt;
+    const bool one_way = !state;
+    return push_with(one_way, [&](void* slot) {
+      ::new (slot) Item{Call{id, method, Payload{std::move(args), nullptr}, -1}, nullptr, false, std::move(state)};
+    }, handle);
   }
   /// A Call that came as a CAF message (from another process): queued, and run now when nothing runs.
   void push_remote(caf::event_based_actor* self, Call&& c, caf::strong_actor_ptr sender) {
     {
       std::lock_guard<SpinLock> g(mu_);
       if (closed_) return;
-      q_.push(Item{std::move(c), std::move(sender), false, nullptr});
+      q_.emplace_with([&](void* slot) { ::new (slot) Item{std::move(c), std::move(sender), false, nullptr}; });
       count_pushed();
       if (running_ || posted_) return;
     }
@@ -486,6 +435,39 @@ struct Host : InlineRunner {
 
  private:
   static constexpr size_t kBudget = 4096;  // messages per tr_drain
+  /// push()'s mechanism: `make(void* slot)` constructs the Item (once) in its queue slot, or, when
+  /// `may_run_here` (a one-way message a caller may run itself) and the actor is idle with nothing
+  /// queued, on this thread's stack, where it runs at once (run_here).
+  template <class Make>
+  std::optional<std::string> push_with(bool may_run_here, Make&& make, const caf::actor& handle) {
+    bool post = false, here = false;
+    {
+      std::lock_guard<SpinLock> g(mu_);
+      if (closed_) return closed_reason_;
+      here = may_run_here && inline_ok && !running_ && !posted_ && q_.empty();
+      if (here) {
+        running_ = true;
+      } else {
+        q_.emplace_with(make);
+        count_pushed();
+        post = !running_ && !posted_;
+        if (post) posted_ = true;
+      }
+    }
+    if (here) {
+      alignas(Item) unsigned char buf[sizeof(Item)];
+      make(static_cast<void*>(buf));
+      struct Destroy {
+        Item& it;
+        ~Destroy() { it.~Item(); }
+      } mine{*std::launder(reinterpret_cast<Item*>(buf))};
+      run_here(mine.it, handle);
+    } else if (post) {
+      caf::anon_send(handle, tr_drain_atom::value);
+      ++t_woke_actors;
+    }
+    return std::nullopt;
+  }
   void run(Item& it);
   /// After a run on a caller's thread (run_inline, call_here): the host is idle again, and is posted a
   /// drain if messages came in meanwhile.
